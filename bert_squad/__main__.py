@@ -1,0 +1,3 @@
+from bert_squad.cli import main
+
+raise SystemExit(main())
