@@ -1,0 +1,59 @@
+"""Which features go into which micro batch, on which rank, in which order.
+
+Features are grouped by length (random mega-chunks sorted by length, the chunks' batches shuffled), so
+a batch padded to its longest feature wastes little. The order depends only on (seed, epoch): every
+rank computes the same global plan and takes its own share of each step, which keeps ranks in step and
+makes a resumed run see exactly the batches the interrupted one would have.
+"""
+
+import numpy as np
+import torch
+
+
+class BatchPlan:
+    def __init__(self, lengths, micro_batch, world_size, rank, seed, group_by_length=True, chunk_steps=32):
+        self.lengths = np.asarray(lengths)
+        self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
+        self.seed, self.group_by_length, self.chunk_steps = seed, group_by_length, chunk_steps
+        step_size = micro_batch * world_size
+        self.steps = -(-len(self.lengths) // step_size)  # every rank gets the same number of batches
+
+    def __len__(self):
+        return self.steps
+
+    def epoch(self, epoch):
+        """This rank's micro batches (lists of feature indices) for `epoch`."""
+        rng = np.random.default_rng([self.seed, epoch])
+        step_size = self.micro_batch * self.world_size
+        order = rng.permutation(len(self.lengths))
+        order = np.concatenate([order, order[: self.steps * step_size - len(order)]])  # wrap to full steps
+        steps = order.reshape(self.steps, step_size)
+        if self.group_by_length:
+            chunk = self.chunk_steps * step_size
+            flat = np.concatenate([c[np.argsort(-self.lengths[c], kind="stable")]
+                                   for c in np.split(order, range(chunk, len(order), chunk))])
+            steps = flat.reshape(self.steps, step_size)[rng.permutation(self.steps)]
+        # Within a step, consecutive (similar-length) micro batches go to consecutive ranks.
+        return [s[self.rank * self.micro_batch:(self.rank + 1) * self.micro_batch].tolist() for s in steps]
+
+
+class Collator:
+    """Pads a list of features to the batch's longest (or to a fixed length) as torch tensors."""
+
+    KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+    def __init__(self, pad_id, pad_to=None, multiple_of=1, labels=True):
+        self.pad_id, self.pad_to, self.multiple_of, self.labels = pad_id, pad_to, multiple_of, labels
+
+    def __call__(self, rows):
+        longest = max(len(r["input_ids"]) for r in rows)
+        length = self.pad_to or -(-longest // self.multiple_of) * self.multiple_of
+        batch = {}
+        for key in self.KEYS:
+            if key in rows[0]:
+                fill = self.pad_id if key == "input_ids" else 0
+                batch[key] = torch.tensor([r[key] + [fill] * (length - len(r[key])) for r in rows])
+        if self.labels:
+            batch["start_positions"] = torch.tensor([r["start_positions"] for r in rows])
+            batch["end_positions"] = torch.tensor([r["end_positions"] for r in rows])
+        return batch

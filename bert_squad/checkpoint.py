@@ -1,0 +1,117 @@
+"""DeepSpeed checkpoints that survive crashes, time limits and preemption.
+
+A checkpoint is `<output-dir>/checkpoints/step<N>/`, written by DeepSpeed on every rank plus one RNG
+file per rank and, last, a `complete` marker from rank 0. `latest` is replaced atomically only after
+the marker exists, so a crash mid-save leaves the previous checkpoint as the one to resume from.
+"""
+
+import json
+import random
+import re
+import shutil
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bert_squad import distributed
+from bert_squad.errors import UserError
+from bert_squad.files import write_text_atomic
+
+EXIT_STOPPED = 75  # stopped by SIGUSR1/SIGTERM after saving a checkpoint: resume to continue
+MARKER = "complete"
+
+
+@dataclass
+class Progress:
+    """Where training stands: enough to continue with exactly the next batch."""
+
+    step: int = 0  # optimizer steps done
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro batches of `epoch` already consumed on this rank
+
+
+def checkpoint_root(output_dir):
+    return Path(output_dir) / "checkpoints"
+
+
+def _rng_state():
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save(engine, output_dir, progress, keep):
+    root = checkpoint_root(output_dir)
+    tag = f"step{progress.step:08d}"
+    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
+    torch.save(_rng_state(), root / tag / f"rng_rank{distributed.rank()}.pt")
+    distributed.barrier()  # every rank's files are on disk before the marker says so
+    if distributed.rank() == 0:
+        write_text_atomic(root / tag / MARKER, json.dumps(asdict(progress)) + "\n")
+        write_text_atomic(root / "latest", tag + "\n")
+        for old in complete_tags(root)[:-keep]:
+            shutil.rmtree(root / old, ignore_errors=True)
+    distributed.barrier()
+    return root / tag
+
+
+def complete_tags(root):
+    tags = [p.name for p in Path(root).glob("step*") if re.fullmatch(r"step\d+", p.name) and (p / MARKER).exists()]
+    return sorted(tags)
+
+
+def find(resume, output_dir):
+    """The checkpoint dir to resume from: None to start fresh (only with 'auto')."""
+    if resume == "auto":
+        root = checkpoint_root(output_dir)
+        tags = complete_tags(root) if root.is_dir() else []
+        return root / tags[-1] if tags else None
+    path = Path(resume)
+    if (path / "latest").is_file():
+        path = path / (path / "latest").read_text().strip()
+    if not (path / MARKER).is_file():
+        raise UserError(f"{resume}: not a complete checkpoint (no '{MARKER}' marker); "
+                        f"use --resume auto to pick the newest complete one")
+    return path
+
+
+def load(engine, path):
+    """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state."""
+    path = Path(path)
+    load_path, client = engine.load_checkpoint(str(path.parent), tag=path.name)
+    if load_path is None:
+        raise UserError(f"{path}: DeepSpeed could not load this checkpoint")
+    rng_file = path / f"rng_rank{distributed.rank()}.pt"
+    if rng_file.exists():  # absent when resuming on a different world size
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    return Progress(**client["progress"])
+
+
+class StopRequest:
+    """Set by SIGUSR1 (Slurm's end-of-job warning) or SIGTERM (preemption, scancel)."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum = None
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    @property
+    def requested(self):
+        return self.signum is not None

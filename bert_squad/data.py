@@ -1,0 +1,157 @@
+"""SQuAD examples: the official nested JSON (v1.1 / v2.0) or a hub dataset, as flat records.
+
+The flat record is the Hugging Face `squad` schema (id, title, context, question, answers{text,
+answer_start}) plus `is_impossible`, so local files and hub datasets take the same path. Text is
+kept byte for byte: no whitespace normalisation, so every `answer_start` stays valid.
+"""
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bert_squad.errors import UserError
+
+HUB_DATASETS = {"squad": False, "squad_v2": True}  # name -> has unanswerable questions
+
+
+@dataclass
+class Examples:
+    """Flat question records of one split, with what was skipped while reading them."""
+
+    records: list
+    source: str
+    version_2: bool
+    skipped_ids: list = field(default_factory=list)  # answer_start that does not match the text
+
+    def __len__(self):
+        return len(self.records)
+
+
+def _require(obj, key, kind, where):
+    if not isinstance(obj, dict) or key not in obj:
+        raise UserError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    if not isinstance(value, kind):
+        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def load_json(path):
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a SQuAD JSON file") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+
+
+def read_squad(path, strict=False):
+    """Read an official SQuAD file; structural faults raise, answer-offset mismatches skip the question.
+
+    A question whose `answer_start` does not point at its answer text is counted and skipped (its
+    labels would be wrong), or with `strict` raises.
+    """
+    path = Path(path)
+    doc = load_json(path)
+    articles = _require(doc, "data", list, str(path))
+    records, skipped, version_2 = [], [], False
+    for a, article in enumerate(articles):
+        title = article.get("title", "") if isinstance(article, dict) else ""
+        where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
+        for p, para in enumerate(_require(article, "paragraphs", list, where)):
+            context = _require(para, "context", str, f"{where} paragraph {p}")
+            if not context.strip():
+                raise UserError(f"{where} paragraph {p}: empty context")
+            for q, qa in enumerate(_require(para, "qas", list, f"{where} paragraph {p}")):
+                qid = _require(qa, "id", str, f"{where} paragraph {p} question {q}")
+                qwhere = f"{path}: question {qid}"
+                question = _require(qa, "question", str, qwhere)
+                impossible = bool(qa.get("is_impossible", False))
+                version_2 |= "is_impossible" in qa
+                answers = _require(qa, "answers", list, qwhere)
+                if not answers and not impossible:
+                    raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
+                texts, starts, bad = [], [], False
+                for ans in answers:
+                    text = _require(ans, "text", str, qwhere + " answer")
+                    start = _require(ans, "answer_start", int, qwhere + " answer")
+                    if context[start:start + len(text)] != text or not text:
+                        bad = True
+                    texts.append(text)
+                    starts.append(start)
+                if bad:
+                    if strict:
+                        raise UserError(f"{qwhere}: answer_start does not point at the answer text "
+                                        f"(--strict; drop --strict to skip such questions)")
+                    skipped.append(qid)
+                    continue
+                records.append({"id": qid, "title": title, "context": context, "question": question,
+                                "answers": {"text": texts, "answer_start": starts},
+                                "is_impossible": impossible})
+    if not records:
+        raise UserError(f"{path}: no usable questions")
+    ids = [r["id"] for r in records]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise UserError(f"{path}: question id {dup} appears more than once")
+    return Examples(records, str(path), version_2, skipped)
+
+
+def to_articles(records):
+    """Nest flat records back into the official `data` list: what the official metrics read."""
+    articles, paragraphs = {}, {}
+    for r in records:
+        article = articles.setdefault(r["title"], {"title": r["title"], "paragraphs": []})
+        key = (r["title"], r["context"])
+        if key not in paragraphs:
+            paragraphs[key] = {"context": r["context"], "qas": []}
+            article["paragraphs"].append(paragraphs[key])
+        paragraphs[key]["qas"].append({
+            "id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
+            "answers": [{"text": t, "answer_start": s}
+                        for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]})
+    return list(articles.values())
+
+
+def hub_dataset_dir(cache_dir, name):
+    return Path(cache_dir) / "datasets" / name
+
+
+def load_hub_split(name, split, cache_dir):
+    """A split of a hub dataset saved by --download-only; never touches the network."""
+    if name not in HUB_DATASETS:
+        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(HUB_DATASETS)} "
+                        f"or give --train-file/--eval-file")
+    path = hub_dataset_dir(cache_dir, name)
+    if not (path / "dataset_dict.json").exists():
+        raise UserError(f"dataset '{name}' is not in the cache {path}: run "
+                        f"`python -m bert_squad --download-only --dataset {name} --cache-dir {cache_dir}` "
+                        f"on a machine with internet, or give --train-file/--eval-file")
+    import datasets
+
+    ds = datasets.load_from_disk(str(path))[split]
+    records = [dict(r, is_impossible=not r["answers"]["text"]) for r in ds]
+    return Examples(records, f"{name}[{split}]", HUB_DATASETS[name])
+
+
+def download_dataset(name, cache_dir):
+    if name not in HUB_DATASETS:
+        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(HUB_DATASETS)}")
+    import datasets
+
+    target = hub_dataset_dir(cache_dir, name)
+    ds = datasets.load_dataset(name, cache_dir=str(Path(cache_dir) / "hf-datasets"))
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    ds.save_to_disk(str(tmp))
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return target

@@ -1,0 +1,185 @@
+"""Process-group set-up from whatever started the processes: mpirun, PMI, srun, torchrun or nothing.
+
+Everything is normalised to RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT before
+DeepSpeed sees it, so DeepSpeed never runs its own MPI discovery (whose `hostname -I` guess picks the
+wrong interface on many clusters).
+"""
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+from bert_squad.errors import UserError
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    launcher: str
+
+
+def _first_host(nodelist):
+    import hostlist
+
+    return hostlist.expand_hostlist(nodelist)[0]
+
+
+def job_port(job_id):
+    """A port derived from the Slurm job id, so two jobs sharing a node do not collide."""
+    return 20000 + int(job_id) % 20000
+
+
+def detect(env=None):
+    """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins."""
+    env = os.environ if env is None else env
+    sources = [
+        ("env", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+        # srun sets SLURM_STEP_NUM_TASKS; the batch shell has SLURM_NTASKS of the whole job.
+        ("srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
+    ]
+    for launcher, rank_var, size_var, local_var in sources:
+        if rank_var in env and size_var in env:
+            rank, size = int(env[rank_var]), int(env[size_var])
+            local = int(env.get(local_var, env.get("PALS_LOCAL_RANKID", rank)))
+            break
+    else:
+        launcher, rank, size, local = "single", 0, 1, 0
+    if "MASTER_ADDR" in env:
+        addr = env["MASTER_ADDR"]
+    elif "SLURM_JOB_NODELIST" in env and size > 1:
+        addr = _first_host(env["SLURM_JOB_NODELIST"])
+    elif size == 1 or _single_node(env, size):
+        addr = "127.0.0.1"
+    else:
+        raise UserError("cannot tell the master address of a multi-node run: set MASTER_ADDR "
+                        "(the Slurm templates set it from SLURM_JOB_NODELIST)")
+    if "MASTER_PORT" in env:
+        port = int(env["MASTER_PORT"])
+    elif "SLURM_JOB_ID" in env:
+        port = job_port(env["SLURM_JOB_ID"])
+    else:
+        port = DEFAULT_PORT if size > 1 else _free_port()
+    return DistEnv(rank, size, local, addr, port, launcher)
+
+
+def _single_node(env, size):
+    local_size = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or env.get("MPI_LOCALNRANKS")
+    return local_size is not None and int(local_size) == size
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init(dist, timeout_s=600):
+    """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    os.environ.update(RANK=str(dist.rank), WORLD_SIZE=str(dist.world_size),
+                      LOCAL_RANK=str(dist.local_rank), MASTER_ADDR=dist.master_addr,
+                      MASTER_PORT=str(dist.master_port))
+    acc = get_accelerator()
+    if acc.device_name() == "cpu":
+        device = torch.device("cpu")
+    else:
+        acc.set_device(dist.local_rank % acc.device_count())
+        device = torch.device(acc.device_name(dist.local_rank % acc.device_count()))
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False,
+                               timeout=timedelta(seconds=timeout_s), rank=dist.rank,
+                               world_size=dist.world_size)
+    return device
+
+
+def is_initialized():
+    import torch.distributed as td
+
+    return td.is_available() and td.is_initialized()
+
+
+def rank():
+    import torch.distributed as td
+
+    return td.get_rank() if is_initialized() else 0
+
+
+def world_size():
+    import torch.distributed as td
+
+    return td.get_world_size() if is_initialized() else 1
+
+
+def barrier():
+    if is_initialized():
+        import torch.distributed as td
+
+        td.barrier()
+
+
+@contextlib.contextmanager
+def rank_zero_first():
+    """Rank 0 does the work (and writes caches) while the others wait, then they reuse its result."""
+    if rank() != 0:
+        barrier()
+    yield
+    if rank() == 0:
+        barrier()
+
+
+def gather_to_rank0(obj):
+    """Python objects of every rank, in rank order, on rank 0 (None elsewhere)."""
+    if not is_initialized():
+        return [obj]
+    import torch.distributed as td
+
+    out = [None] * world_size() if rank() == 0 else None
+    td.gather_object(obj, out, dst=0)
+    return out
+
+
+def backend():
+    import torch.distributed as td
+
+    return td.get_backend() if is_initialized() else "none"
+
+
+def _reduce(values, op):
+    import torch
+    import torch.distributed as td
+
+    t = torch.tensor(values, dtype=torch.float64)
+    if td.get_backend() == "nccl":
+        t = t.cuda()
+    td.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def all_sum(values):
+    """Element-wise sum of a list of numbers over all ranks."""
+    if not is_initialized():
+        return list(values)
+    import torch.distributed as td
+
+    return _reduce(values, td.ReduceOp.SUM)
+
+
+def any_rank(flag):
+    """True on every rank when any rank says True: how ranks agree to stop at the same step."""
+    if not is_initialized():
+        return bool(flag)
+    import torch.distributed as td
+
+    return _reduce([1.0 if flag else 0.0], td.ReduceOp.MAX)[0] > 0

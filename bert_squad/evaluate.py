@@ -1,0 +1,105 @@
+"""Evaluation: logits on every rank's share of the eval features, post-processing once on rank 0.
+
+Eval features are sorted by length and cut into the same batches whatever the world size; rank r
+runs batches r, r + W, ... So each batch has the same shape and content as in a single-process run,
+and the gathered predictions are byte-identical to it.
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bert_squad import distributed
+from bert_squad.batching import Collator
+from bert_squad.data import read_squad, to_articles
+from bert_squad.files import write_json_atomic
+
+EVAL_BATCH = 64
+
+
+def predict_logits(module, features, device, pad_id, batch_size=EVAL_BATCH):
+    """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
+    lengths = [len(ids) for ids in features["input_ids"]]
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    collate = Collator(pad_id, labels=False)
+    inputs = features.select_columns([c for c in Collator.KEYS if c in features.column_names])
+    was_training = module.training
+    module.eval()
+    mine = {}
+    with torch.no_grad():
+        for b in batches[distributed.rank()::distributed.world_size()]:
+            cols = inputs[b]
+            rows = [dict(zip(cols, values)) for values in zip(*cols.values())]
+            batch = {k: v.to(device, non_blocking=True) for k, v in collate(rows).items()}
+            out = module(**batch)
+            start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for j, i in enumerate(b):
+                mine[i] = (start[j, :lengths[i]], end[j, :lengths[i]])
+    module.train(was_training)
+    parts = distributed.gather_to_rank0(mine)
+    if parts is None:
+        return None
+    merged = {i: v for part in parts for i, v in part.items()}
+    return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
+
+
+def evaluate(module, examples, features, device, tokenizer, args, output_dir=None):
+    """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
+    from bert_squad.metrics import score
+    from bert_squad.postprocess import postprocess_predictions
+
+    logits = predict_logits(module, features, device, tokenizer.pad_token_id)
+    if logits is None:
+        return None
+    meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
+    predictions, nbest, null_odds = postprocess_predictions(
+        examples.records, meta, *logits, version_2_with_negative=examples.version_2,
+        max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold)
+    metrics = score(to_articles(examples.records), predictions, na_probs=null_odds)
+    if output_dir is not None:
+        out = Path(output_dir)
+        write_json_atomic(out / "predictions.json", predictions)
+        write_json_atomic(out / "nbest_predictions.json", nbest)
+        if null_odds is not None:
+            write_json_atomic(out / "null_odds.json", null_odds)
+        write_json_atomic(out / "eval_metrics.json", dict(metrics, eval_file=examples.source,
+                                                          questions=len(examples)))
+    return metrics
+
+
+def main(argv):
+    """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
+    from bert_squad import model as model_lib
+    from bert_squad.features import WindowConfig, build_features
+
+    p = argparse.ArgumentParser(prog="bert-squad evaluate", description=main.__doc__)
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--eval-file", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--max-seq-length", type=int, default=384)
+    p.add_argument("--doc-stride", type=int, default=128)
+    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument("--max-answer-length", type=int, default=30)
+    p.add_argument("--null-score-diff-threshold", type=float, default=0.0)
+    p.add_argument("--debug", action="store_true")
+    args = p.parse_args(argv)
+    model_lib.go_offline()
+    model_dir = model_lib.resolve(args.model_dir, args.cache_dir or model_lib.default_cache_dir())
+    examples = read_squad(args.eval_file)
+    tokenizer = model_lib.load_tokenizer(model_dir)
+    module = model_lib.load_qa_model(model_dir)
+    device = distributed.init(distributed.detect())
+    module.to(device)
+    win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
+    features = build_features(examples, tokenizer, win, args.cache_dir or model_lib.default_cache_dir(), train=False)
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    metrics = evaluate(module, examples, features, device, tokenizer, args, output_dir=args.output_dir)
+    if metrics is not None:
+        import json
+
+        print(json.dumps(metrics))
+    return 0

@@ -1,0 +1,116 @@
+"""Examples -> model features: sliding windows over long contexts, with exact span labels.
+
+Follows the fast tokenizer's offset mapping (as Hugging Face's run_qa does): a context longer than the
+window becomes several features that overlap by `doc_stride` tokens. A train feature is labelled with
+the token span whose characters are exactly the answer's, or with CLS (index 0) when the answer is not
+inside that window or the question is unanswerable. Eval features keep offsets for context tokens
+only, so post-processing can map spans back to the original characters.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bert_squad import distributed
+
+FEATURES_FORMAT = 1  # bump when the feature layout changes, so old caches are not reused
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+
+
+def _truncate_questions(tokenizer, questions, max_query_length):
+    """Cut questions to `max_query_length` tokens at the character boundary the offsets give."""
+    questions = [q.lstrip() for q in questions]  # leading spaces only waste tokens; SQuAD has some
+    enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
+    return [q if len(offsets) <= max_query_length else q[:offsets[max_query_length - 1][1]]
+            for q, offsets in zip(questions, enc["offset_mapping"])]
+
+
+def _tokenize(batch, tokenizer, win):
+    questions = _truncate_questions(tokenizer, batch["question"], win.max_query_length)
+    return tokenizer(
+        questions, batch["context"], truncation="only_second", max_length=win.max_seq_length,
+        stride=win.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+
+
+def prepare_train(batch, tokenizer, win):
+    enc = _tokenize(batch, tokenizer, win)
+    sample_map = enc.pop("overflow_to_sample_mapping")
+    starts, ends, answerable = [], [], []
+    for i, offsets in enumerate(enc["offset_mapping"]):
+        seq_ids = enc.sequence_ids(i)
+        answers = batch["answers"][sample_map[i]]
+        start_pos = end_pos = 0
+        if answers["text"]:
+            start_char = answers["answer_start"][0]
+            end_char = start_char + len(answers["text"][0])
+            ctx = [t for t, s in enumerate(seq_ids) if s == 1]
+            first, last = ctx[0], ctx[-1]
+            if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
+                start_pos = next(t for t in range(first, last + 1) if offsets[t][1] > start_char)
+                end_pos = next(t for t in range(last, first - 1, -1) if offsets[t][0] < end_char)
+        starts.append(start_pos)
+        ends.append(end_pos)
+        answerable.append(bool(answers["text"]))
+    enc.pop("offset_mapping")
+    enc["start_positions"], enc["end_positions"] = starts, ends
+    enc["example_index"] = [batch["index"][j] for j in sample_map]
+    enc["answerable"] = answerable
+    return enc
+
+
+def prepare_eval(batch, tokenizer, win):
+    enc = _tokenize(batch, tokenizer, win)
+    sample_map = enc.pop("overflow_to_sample_mapping")
+    enc["example_id"] = [batch["id"][j] for j in sample_map]
+    enc["offset_mapping"] = [
+        [o if s == 1 else None for o, s in zip(offsets, enc.sequence_ids(i))]
+        for i, offsets in enumerate(enc["offset_mapping"])]
+    return enc
+
+
+def _cache_key(examples, tokenizer, win, train):
+    h = hashlib.sha256()
+    h.update(json.dumps([FEATURES_FORMAT, train, win.__dict__]).encode())
+    h.update(json.dumps(tokenizer.backend_tokenizer.to_str(), sort_keys=True).encode())
+    for r in examples.records:
+        h.update(json.dumps(r, sort_keys=True).encode())
+    return h.hexdigest()[:20]
+
+
+def build_features(examples, tokenizer, win, cache_dir, train):
+    """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    kind = "train" if train else "eval"
+    cache_file = Path(cache_dir) / "features" / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
+    fn = prepare_train if train else prepare_eval
+    with distributed.rank_zero_first():
+        return ds.map(fn, batched=True, batch_size=1000, remove_columns=ds.column_names,
+                      fn_kwargs={"tokenizer": tokenizer, "win": win},
+                      cache_file_name=str(cache_file), load_from_cache_file=True)
+
+
+def feature_report(examples, train_features):
+    """Counts users need at start: how many answers no window contains (those train on CLS)."""
+    answerable = sum(1 for r in examples.records if r["answers"]["text"])
+    labelled = set()
+    outside = 0
+    for idx, start, ok in zip(train_features["example_index"], train_features["start_positions"],
+                              train_features["answerable"]):
+        if ok and start > 0:
+            labelled.add(idx)
+        elif ok:
+            outside += 1
+    return {"examples": len(examples), "features": len(train_features), "answerable": answerable,
+            "windows_without_answer": outside, "answers_in_no_window": answerable - len(labelled),
+            "skipped_bad_offsets": len(examples.skipped_ids)}

@@ -1,0 +1,87 @@
+"""Throughput accounting: samples/s, non-padding tokens/s, model TFLOP/s and MFU per device.
+
+Model FLOPs per sample of length s (forward + backward) = 6 * N * s + 12 * L * H * s^2, with N the
+non-embedding parameters (the matmul weights) and the second term the attention scores and values.
+For BERT-base at s = 384 that is about 212 GFLOP. s is the length the device computed (the padded
+batch length); non-padding tokens/s is reported beside it to show the useful part.
+"""
+
+import time
+
+# Dense tensor-core peak TFLOP/s per device for 16-bit math, and for fp32 where it differs (TF32 is not
+# used by default in PyTorch matmuls, so fp32 runs are measured against the plain FP32 peak).
+PEAK_TFLOPS = {
+    "H200": {"bf16": 989, "fp16": 989, "fp32": 67},
+    "H100 PCIe": {"bf16": 756, "fp16": 756, "fp32": 51},
+    "H100": {"bf16": 989, "fp16": 989, "fp32": 67},
+    "A100": {"bf16": 312, "fp16": 312, "fp32": 19.5},
+    "V100": {"fp16": 125, "fp32": 15.7},
+    "P100": {"fp16": 18.7, "fp32": 9.3},
+    "MI250X": {"bf16": 191.5, "fp16": 191.5, "fp32": 47.9},  # per GCD, which is what one rank drives
+    "MI300X": {"bf16": 1307, "fp16": 1307, "fp32": 163},
+    "MI100": {"bf16": 92.3, "fp16": 184.6, "fp32": 23.1},
+}
+
+
+def peak_tflops(device_name, precision, override=None):
+    if override:
+        return override
+    for key, table in PEAK_TFLOPS.items():  # "H100 PCIe" is listed before "H100" on purpose
+        if key.lower() in device_name.lower():
+            return table.get(precision)
+    return None
+
+
+def device_name(device):
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def model_shape(config):
+    """(non-embedding parameters, layers, hidden size) from a transformers config."""
+    h, layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    per_layer = 4 * h * h + 2 * h * inter  # q, k, v, o and the two feed-forward matmuls
+    return per_layer * layers + 2 * h, layers, h  # + the span head
+
+
+def flops_per_sample(shape, seq_len):
+    n, layers, h = shape
+    return 6 * n * seq_len + 12 * layers * h * seq_len * seq_len
+
+
+class Meter:
+    """Accumulates work between log lines and turns it into rates."""
+
+    def __init__(self, shape, world_size, peak):
+        self.shape, self.world_size, self.peak = shape, world_size, peak
+        self.reset()
+
+    def reset(self):
+        self.t0, self.samples, self.tokens, self.flops = time.perf_counter(), 0, 0, 0.0
+
+    def add(self, batch):
+        n, s = batch["input_ids"].shape
+        self.samples += n
+        self.tokens += int(batch["attention_mask"].sum())
+        self.flops += n * flops_per_sample(self.shape, s)
+
+    def rates(self, reduce=lambda xs: xs):
+        """Rates over all ranks since the last reset (`reduce` sums the counters across ranks)."""
+        samples, tokens, flops = reduce([self.samples, self.tokens, self.flops])
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        tflops = flops / dt / 1e12 / self.world_size
+        return {"samples_per_second": samples / dt, "tokens_per_second": tokens / dt,
+                "tflops_per_device": tflops, "mfu": tflops / self.peak if self.peak else None}
+
+
+def peak_memory_gib(device):
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
