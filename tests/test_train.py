@@ -1,0 +1,115 @@
+"""End-to-end training on CPU, for real: DeepSpeed engine, gloo, mpirun, export."""
+
+import json
+import re
+
+import pytest
+from conftest import MPIRUN, ROOT, require_mpirun, run_bert_squad
+
+pytestmark = pytest.mark.slow
+
+TINY_ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--log-every", "5"]
+
+
+def losses(stdout):
+    return [float(m) for m in re.findall(r"^step \d+/\d+ loss ([\d.]+)", stdout, re.M)]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model, sample_train, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
+                       "--max-steps", 60, "--learning-rate", "3e-3", "--cache-dir", out.parent / "cache", *TINY_ARGS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, r
+
+
+def test_one_rank_cpu_training_loss_falls(trained):
+    out, r = trained
+    seen = losses(r.stdout)
+    assert len(seen) == 12
+    assert sum(seen[-2:]) / 2 < 0.85 * sum(seen[:2]) / 2, seen
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["steps"] == 60 and metrics["world_size"] == 1 and metrics["precision"] == "fp32"
+    assert metrics["run_samples_per_second"] > 0 and metrics["run_tokens_per_second"] > 0
+    assert "rank 0/1" in r.stdout and "device cpu backend gloo" in r.stdout
+
+
+def test_export_answers_through_transformers_pipeline(trained):
+    from transformers import pipeline
+
+    out, _ = trained
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    qa = pipeline("question-answering", model=str(out), tokenizer=str(out), device="cpu")
+    context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
+    answer = qa(question="Where was Ada Novak born?", context=context)
+    assert answer["answer"] and answer["answer"] in context
+    assert context[answer["start"]:answer["end"]] == answer["answer"]
+
+
+def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
+    require_mpirun()
+    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
+    cfg.pop("fp16")
+    cfg["bf16"] = {"enabled": True}
+    (tmp_path / "zero2_bf16.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
+                       "--max-steps", 10, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
+                       "--deepspeed_config", tmp_path / "zero2_bf16.json", *TINY_ARGS, launcher=MPIRUN)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
+    assert "bf16, zero stage 2" in r.stdout
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["train_batch_size"] == 32
+    digests = metrics["weights_sha256_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+
+
+def test_bad_config_fails_before_training(tiny_model, sample_train, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 16}))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
+                       "--deepspeed_config", bad)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"bert-squad: error: {bad}: train_batch_size 24 != train_micro_batch_size_per_gpu 16 x "
+        f"gradient_accumulation_steps 1 x world size 1; remove train_batch_size to derive it")
+    assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_offline_run_from_cache_by_hub_names(tiny_model, sample_train, sample_dev, tmp_path):
+    """What a compute node sees after --download-only: hub names resolve to the cache, no network."""
+    import shutil
+
+    import datasets
+
+    from bert_squad.data import read_squad
+
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_model, cache / "models" / "bert-base-uncased")
+    splits = {}
+    for split, path in (("train", sample_train), ("validation", sample_dev)):
+        rows = read_squad(path).records
+        splits[split] = datasets.Dataset.from_list([{k: r[k] for k in ("id", "title", "context", "question", "answers")}
+                                                    for r in rows])
+    datasets.DatasetDict(splits).save_to_disk(str(cache / "datasets" / "squad"))
+    env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+           "BERT_SQUAD_CACHE": str(cache)}
+    r = run_bert_squad("--model", "bert-base-uncased", "--dataset", "squad", "--no-eval",
+                       "--output-dir", tmp_path / "out", "--max-steps", 2, *TINY_ARGS, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "squad[train]" in r.stdout
+    r = run_bert_squad("--model", "bert-large-cased", "--output-dir", tmp_path / "out2", env=env)
+    assert r.returncode == 2 and "--download-only --model bert-large-cased" in r.stderr
+
+
+def test_download_only_without_network_is_one_clear_line(tmp_path):
+    env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+    r = run_bert_squad("--download-only", "--model", "bert-base-uncased", "--cache-dir", tmp_path, env=env,
+                       timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("bert-squad: error: cannot reach the Hugging Face hub for model 'bert-base-uncased'")
+    assert "Traceback" not in r.stderr
