@@ -98,9 +98,12 @@ def main(argv):
     train_ex, dev_ex = load_examples(args, cache_dir)
     check_output_dir(args.output_dir)
     tokenizer = model_lib.load_tokenizer(model_dir)
+    import transformers
+
+    transformers.set_seed(args.seed)  # the new span head starts the same in every run and on every rank
     module = model_lib.load_qa_model(model_dir)
     device = distributed.init(dist, args.dist_timeout)
-    print(f"rank {dist.rank}/{dist.world_size} local_rank {dist.local_rank} device {device} "
+    print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
           f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
           flush=True)
     # A bar only where a person watches: MPI launchers hand ranks a pty even in batch jobs.

@@ -1,0 +1,129 @@
+"""Checkpoints and resume: a stopped-and-resumed run ends bit-identical to an uninterrupted one."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import MPIRUN, PYTHON, ROOT, require_mpirun, run_bert_squad
+from safetensors.torch import load_file
+
+from bert_squad.checkpoint import EXIT_STOPPED, MARKER, checkpoint_root, complete_tags, find
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--no-eval",
+        "--learning-rate", "1e-3", "--max-steps", "16"]
+
+
+def _start(tiny_model, sample_train, out, *extra, launcher=()):
+    cmd = [*launcher, PYTHON, "-m", "bert_squad", "--model", str(tiny_model), "--train-file", str(sample_train),
+           "--output-dir", str(out), "--cache-dir", str(out.parent / "cache"), *ARGS, *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _wait_for(proc, pattern, timeout=300):
+    """Read stdout until a line contains `pattern`; returns the lines read."""
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if pattern in line:
+            return lines
+    raise AssertionError(f"never saw {pattern!r}: {''.join(lines)[-2000:]}")
+
+
+def _weights(out):
+    return load_file(str(out / "model.safetensors"))
+
+
+def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample_train, tmp_path):
+    ref = tmp_path / "ref" / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", ref,
+                       "--cache-dir", ref.parent / "cache", *ARGS)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    out = tmp_path / "stopped" / "out"
+    proc = _start(tiny_model, sample_train, out, "--log-every", "1")
+    _wait_for(proc, "step 5/16")
+    proc.send_signal(signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_STOPPED, stderr[-2000:]
+    assert "stop requested (signal 10)" in stdout
+    tags = complete_tags(checkpoint_root(out))
+    assert len(tags) == 1 and 5 <= int(tags[0][4:]) < 16
+    assert not (out / "model.safetensors").exists()  # a stopped run exports nothing half-done
+
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
+                       "--cache-dir", out.parent / "cache", "--resume", "auto", *ARGS)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resumed from {checkpoint_root(out) / tags[0]}" in r.stdout
+    a, b = _weights(ref), _weights(out)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), k  # bit-identical
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 16
+
+
+def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample_train, tmp_path):
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
+                       "--cache-dir", tmp_path / "cache", "--checkpoint-every", 4, "--keep-checkpoints", 2, *ARGS)
+    assert r.returncode == 0, r.stderr[-2000:]
+    root = checkpoint_root(out)
+    assert complete_tags(root) == ["step00000012", "step00000016"]
+    assert (root / "latest").read_text().strip() == "step00000016"
+    # A save that died half-way (no marker, newer step) is never picked.
+    (root / "step00000020").mkdir()
+    assert find("auto", out) == root / "step00000016"
+    with pytest.raises(Exception, match="not a complete checkpoint"):
+        find(str(root / "step00000020"), out)
+    # An explicit path resumes too; at the end already, it trains no further steps.
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
+                       "--cache-dir", tmp_path / "cache", "--resume", root / "step00000012", *ARGS)
+    assert r.returncode == 0 and "at step 12" in r.stdout
+
+
+def test_resume_auto_without_checkpoint_starts_fresh(tiny_model, sample_train, tmp_path):
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
+                       "--cache-dir", tmp_path / "cache", "--resume", "auto", *ARGS[:-2], "--max-steps", 2)
+    assert r.returncode == 0 and "resumed" not in r.stdout
+
+
+def test_signal_under_mpirun_stops_both_ranks_at_one_step(tiny_model, sample_train, tmp_path):
+    require_mpirun()
+    out = tmp_path / "out"
+    proc = _start(tiny_model, sample_train, out, "--log-every", "1", launcher=MPIRUN)
+    _wait_for(proc, "step 3/16")
+    proc.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_STOPPED, stderr[-2000:]
+    tag = complete_tags(checkpoint_root(out))[-1]
+    files = os.listdir(checkpoint_root(out) / tag)
+    assert {"rng_rank0.pt", "rng_rank1.pt", MARKER} <= set(files)
+
+
+def test_a_dead_rank_does_not_hang_the_others(tiny_model, sample_train, tmp_path):
+    """Two ranks started by hand (torchrun-style env): kill one; the other must fail, not wait forever."""
+    out = tmp_path / "out"
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PYTHONUNBUFFERED="1", RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29700 + os.getpid() % 200))
+        cmd = [PYTHON, "-m", "bert_squad", "--model", str(tiny_model), "--train-file", str(sample_train),
+               "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), *ARGS[:-2],
+               "--max-steps", "100000", "--log-every", "1", "--dist-timeout", "30"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                      env=env))
+    _wait_for(procs[0], "step 2/")
+    procs[1].kill()
+    t0 = time.time()
+    procs[0].communicate(timeout=180)
+    assert procs[0].returncode not in (0, None)
+    assert time.time() - t0 < 120
