@@ -83,6 +83,9 @@ def parse_args(argv):
     if args.doc_stride >= args.max_seq_length - args.max_query_length - 3:
         raise UserError("--doc-stride must leave room for context: it has to be smaller than "
                         "--max-seq-length minus --max-query-length minus 3 special tokens")
+    if args.dataset not in HUB_DATASETS:
+        raise UserError(f"unknown dataset '{args.dataset}': choose one of {', '.join(HUB_DATASETS)} "
+                        f"or give --train-file/--eval-file")
     if args.epochs <= 0 and args.max_steps <= 0:
         raise UserError("nothing to train: give --epochs or --max-steps")
     if args.deepspeed_config is None:

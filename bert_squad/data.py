@@ -83,7 +83,7 @@ def read_squad(path, strict=False):
                 for ans in answers:
                     text = _require(ans, "text", str, qwhere + " answer")
                     start = _require(ans, "answer_start", int, qwhere + " answer")
-                    if context[start:start + len(text)] != text or not text:
+                    if context[start:start + len(text)] != text or not text.strip():
                         bad = True
                     texts.append(text)
                     starts.append(start)

@@ -55,6 +55,8 @@ def prepare_train(batch, tokenizer, win):
             if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
                 start_pos = next(t for t in range(first, last + 1) if offsets[t][1] > start_char)
                 end_pos = next(t for t in range(last, first - 1, -1) if offsets[t][0] < end_char)
+                if start_pos > end_pos:  # the answer covers no token (only whitespace): nothing to point at
+                    start_pos = end_pos = 0
         starts.append(start_pos)
         ends.append(end_pos)
         answerable.append(bool(answers["text"]))
@@ -78,7 +80,9 @@ def prepare_eval(batch, tokenizer, win):
 def _cache_key(examples, tokenizer, win, train):
     h = hashlib.sha256()
     h.update(json.dumps([FEATURES_FORMAT, train, win.__dict__]).encode())
-    h.update(json.dumps(tokenizer.backend_tokenizer.to_str(), sort_keys=True).encode())
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    spec.pop("truncation", None), spec.pop("padding", None)  # call-time state, not the vocabulary
+    h.update(json.dumps(spec, sort_keys=True).encode())
     for r in examples.records:
         h.update(json.dumps(r, sort_keys=True).encode())
     return h.hexdigest()[:20]

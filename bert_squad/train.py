@@ -42,12 +42,13 @@ def quiet_libraries(debug):
 
 def check_output_dir(path):
     """Fail before training, not after hours of it, when the output dir cannot be written."""
-    path = Path(path).resolve()
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: output dir cannot be written ({parent} is not a writable directory)")
+    probe = Path(path) / f".write-test-{os.getpid()}"
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
 
 
 def download_only(args, cache_dir):
@@ -96,12 +97,12 @@ def main(argv):
                                          has_gpu=get_accelerator().device_name() != "cpu",
                                          learning_rate=args.learning_rate)
     train_ex, dev_ex = load_examples(args, cache_dir)
-    check_output_dir(args.output_dir)
     tokenizer = model_lib.load_tokenizer(model_dir)
     import transformers
 
     transformers.set_seed(args.seed)  # the new span head starts the same in every run and on every rank
     module = model_lib.load_qa_model(model_dir)
+    check_output_dir(args.output_dir)  # the last check, and the first thing written
     device = distributed.init(dist, args.dist_timeout)
     print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
           f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
