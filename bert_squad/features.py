@@ -89,19 +89,24 @@ def _cache_key(examples, tokenizer, win, train):
 
 
 def build_features(examples, tokenizer, win, cache_dir, train):
-    """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it."""
+    """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
+
+    Without `cache_dir` (a handful of questions) the features stay in memory.
+    """
     import datasets
 
     datasets.disable_progress_bars()
+    ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
+    fn = prepare_train if train else prepare_eval
+    kwargs = dict(batched=True, batch_size=1000, remove_columns=ds.column_names,
+                  fn_kwargs={"tokenizer": tokenizer, "win": win})
+    if cache_dir is None:
+        return ds.map(fn, keep_in_memory=True, **kwargs)
     kind = "train" if train else "eval"
     cache_file = Path(cache_dir) / "features" / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
-    fn = prepare_train if train else prepare_eval
     with distributed.rank_zero_first():
-        return ds.map(fn, batched=True, batch_size=1000, remove_columns=ds.column_names,
-                      fn_kwargs={"tokenizer": tokenizer, "win": win},
-                      cache_file_name=str(cache_file), load_from_cache_file=True)
+        return ds.map(fn, cache_file_name=str(cache_file), load_from_cache_file=True, **kwargs)
 
 
 def feature_report(examples, train_features):

