@@ -1,0 +1,160 @@
+#!/bin/bash
+# bert-squad training job, site "{{site}}": {{description}}
+# Rendered by `{{command}}` from bert_squad/job_template.sh and bert_squad/sites.json: change those, not this.
+# Usage, from the repository root:  sbatch [sbatch options] <this script> [training arguments]
+# With no training arguments the site defaults below run. Environment knobs: BERT_SQUAD_RUNTIME
+# (sarus|singularity|apptainer|none), BERT_SQUAD_IMAGE, BERT_SQUAD_LAUNCHER (mpirun|srun),
+# BERT_SQUAD_REQUEUE (1: requeue after a checkpointed stop), BERT_SQUAD_SCRATCH, BERT_SQUAD_WORK,
+# BERT_SQUAD_CACHE, BERT_SQUAD_RUNTIME_FLAGS (extra runtime options, e.g. --nv), BERT_SQUAD_REPO.
+{{sbatch}}
+set -euo pipefail
+
+die() { echo "bert-squad: error: $*" >&2; exit 2; }
+
+# sbatch runs a spooled copy of this file, so the checkout is found from the submit directory.
+export BERT_SQUAD_REPO=${BERT_SQUAD_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}
+cd "$BERT_SQUAD_REPO"
+[ -d configs ] || die "$BERT_SQUAD_REPO has no configs/: submit from the repository root or set BERT_SQUAD_REPO"
+[ -n "${SLURM_JOB_ID:-}" ] || die "not inside a Slurm job: submit with sbatch, or run it inside salloc"
+
+{{modules}}
+{{site_env}}
+RUNTIME=${BERT_SQUAD_RUNTIME:-{{runtime}}}
+LAUNCHER=${BERT_SQUAD_LAUNCHER:-{{launcher}}}
+REQUEUE=${BERT_SQUAD_REQUEUE:-{{requeue}}}
+SCRATCH_DIR=${BERT_SQUAD_SCRATCH:-{{scratch}}}
+export BERT_SQUAD_WORK=${BERT_SQUAD_WORK:-$SCRATCH_DIR/bert-squad}
+IMAGE=${BERT_SQUAD_IMAGE:-{{image}}}
+# Compute nodes are offline: everything comes from the cache that --download-only filled on a login node.
+export BERT_SQUAD_CACHE=${BERT_SQUAD_CACHE:-$BERT_SQUAD_WORK/cache}
+export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} PYTHONUNBUFFERED=1
+# The variable each rank narrows to its own GPU (empty: no GPU binding).
+export BERT_SQUAD_GPU_ENV={{gpu_env}}
+CPU_BIND={{cpu_bind}}
+
+if [ "$#" -gt 0 ]; then
+  TRAIN_ARGS=("$@")
+else
+  TRAIN_ARGS=({{train_args}})
+fi
+
+# Fail here, in seconds, rather than in every rank after the containers started. The layout is
+# bert_squad.model.cached_model_dir and bert_squad.data.hub_dataset_dir (a test keeps them in step).
+check_cache() {
+  local model=bert-base-uncased dataset=squad train_file="" cache=$BERT_SQUAD_CACHE
+  while [ "$#" -gt 0 ]; do
+    case "$1" in
+      --model|--dataset|--train-file|--cache-dir)
+        [ "$#" -ge 2 ] || break
+        case "$1" in
+          --model) model=$2 ;; --dataset) dataset=$2 ;; --train-file) train_file=$2 ;; --cache-dir) cache=$2 ;;
+        esac
+        shift ;;
+      --model=*) model=${1#*=} ;;
+      --dataset=*) dataset=${1#*=} ;;
+      --train-file=*) train_file=${1#*=} ;;
+      --cache-dir=*) cache=${1#*=} ;;
+      --download-only) die "--download-only needs internet: run it on a login node, not in a job" ;;
+    esac
+    shift
+  done
+  local hint="on a login node run: python -m bert_squad --download-only --model $model --dataset $dataset --cache-dir $cache"
+  if [ ! -d "$model" ] && [ ! -f "$cache/models/${model//\//--}/config.json" ]; then
+    die "model '$model' is not in the cache $cache ($hint)"
+  fi
+  if [ -z "$train_file" ] && [ ! -d "$cache/datasets/$dataset" ]; then
+    die "dataset '$dataset' is not in the cache $cache ($hint)"
+  fi
+}
+check_cache "${TRAIN_ARGS[@]}"
+
+read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
+# Bind the scratch, the checkout and the cache, each once (a path under another is already visible).
+MOUNTS=()
+for dir in "$SCRATCH_DIR" "$BERT_SQUAD_REPO" "$BERT_SQUAD_CACHE"; do
+  dir=$(realpath -m "$dir")
+  covered=0
+  for m in "${MOUNTS[@]}"; do
+    case "$dir/" in "$m"/*) covered=1 ;; esac
+  done
+  [ "$covered" = 1 ] || MOUNTS+=("$dir")
+done
+case "$RUNTIME" in
+  sarus)
+    command -v sarus >/dev/null || die "sarus is not on PATH (module load sarus)"
+    ref=$IMAGE
+    [[ ${ref##*/} == *:* ]] || ref=$ref:latest
+    sarus images | awk 'NR > 1 { print $1 ":" $2 }' | grep -qxF -e "$ref" -e "library/$ref" \
+      || die "Sarus image '$IMAGE' is absent: sarus load or sarus pull it first (containers/README.md)"
+    RUN=(sarus run)
+    for m in "${MOUNTS[@]}"; do RUN+=("--mount=type=bind,source=$m,destination=$m"); done
+    RUN+=("${RUNTIME_FLAGS[@]}" "$IMAGE") ;;
+  singularity|apptainer)
+    command -v "$RUNTIME" >/dev/null || die "$RUNTIME is not on PATH"
+    [ -n "$IMAGE" ] || die "set BERT_SQUAD_IMAGE to the .sif image"
+    [[ $IMAGE == *://* || -f $IMAGE ]] || die "image $IMAGE is absent: build or copy the .sif first (containers/README.md)"
+    RUN=("$RUNTIME" exec)
+    for m in "${MOUNTS[@]}"; do RUN+=(-B "$m:$m"); done
+    RUN+=("${RUNTIME_FLAGS[@]}" "$IMAGE") ;;
+  none) RUN=() ;;
+  *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use sarus, singularity, apptainer or none" ;;
+esac
+
+# Explicit rendezvous, so DeepSpeed skips its MPI discovery (its `hostname -I` guess picks the wrong
+# interface on many clusters). The port follows the job id: two jobs sharing a node don't collide.
+hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+export MASTER_ADDR=${hosts%%$'\n'*}
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+
+# Each rank, inside the container: its place from the launcher's variables, then its own GPU.
+# shellcheck disable=SC2016  # expanded by the ranks, not here
+RANK_SH='export RANK=${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID} LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-$SLURM_LOCALID} WORLD_SIZE=${OMPI_COMM_WORLD_SIZE:-$SLURM_NTASKS}
+if [ -n "$BERT_SQUAD_GPU_ENV" ]; then
+  IFS=, read -ra gpus <<< "${!BERT_SQUAD_GPU_ENV:-}"
+  export "$BERT_SQUAD_GPU_ENV=${gpus[LOCAL_RANK]:-$LOCAL_RANK}"
+fi
+cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"'
+
+case "$LAUNCHER" in
+  # Open MPI under Slurm starts its daemons with srun, so the ranks inherit this shell's environment.
+  # No binding: each rank runs OMP_NUM_THREADS threads.
+  mpirun) LAUNCH=(mpirun -np "$SLURM_NTASKS" --bind-to none) ;;
+  # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation.
+  srun)
+    LAUNCH=(srun --ntasks="$SLURM_NTASKS" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
+    [ -z "$CPU_BIND" ] || LAUNCH+=("--cpu-bind=$CPU_BIND") ;;
+  *) die "BERT_SQUAD_LAUNCHER=$LAUNCHER: use mpirun or srun" ;;
+esac
+CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${TRAIN_ARGS[@]}")
+
+echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), master $MASTER_ADDR:$MASTER_PORT"
+echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
+printf 'bert-squad: training arguments:'; printf ' %q' "${TRAIN_ARGS[@]}"; echo
+printf 'bert-squad: running:'; printf ' %q' "${CMD[@]}"; echo
+
+# Slurm's end-of-job warning (--signal=B:USR1@...) reaches only this shell: pass it to the launcher,
+# which forwards it to the ranks; they checkpoint at the next step and exit with 75.
+# shellcheck disable=SC2317  # called by the trap
+forward() {
+  echo "bert-squad: $1 received, asking the ranks to checkpoint and stop" >&2
+  kill "-$1" "$LAUNCH_PID" 2>/dev/null || true
+}
+trap 'forward USR1' USR1
+"${CMD[@]}" &
+LAUNCH_PID=$!
+while :; do
+  status=0
+  wait "$LAUNCH_PID" || status=$?
+  # A trap interrupts `wait` while the launcher still runs: wait again.
+  kill -0 "$LAUNCH_PID" 2>/dev/null || break
+done
+if [ "$status" = 75 ]; then
+  if [ "$REQUEUE" = 1 ]; then
+    echo "bert-squad: stopped at a checkpoint; requeueing job $SLURM_JOB_ID to resume"
+    scontrol requeue "$SLURM_JOB_ID"
+  else
+    echo "bert-squad: stopped at a checkpoint; resubmit with --resume auto and the same --output-dir to continue"
+  fi
+fi
+exit "$status"

@@ -1,0 +1,155 @@
+"""`bert-squad launch`: render a Slurm job script for a site, print it or submit it with sbatch.
+
+Site facts live in sites.json and the shell in job_template.sh; slurm/<site>.sbatch are the renders of
+each site's defaults (`make slurm-renders`), and a test keeps them equal to this module's output.
+"""
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bert_squad.errors import UserError
+
+HERE = Path(__file__).resolve().parent
+SITES_FILE = HERE / "sites.json"
+TEMPLATE_FILE = HERE / "job_template.sh"
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
+
+
+def load_sites():
+    sites = json.loads(SITES_FILE.read_text())
+    return {name: site for name, site in sites.items() if not name.startswith("_")}
+
+
+def build_parser(sites):
+    p = argparse.ArgumentParser(
+        prog="bert-squad launch",
+        description="Render a Slurm job script for a site and print it (--dry-run, the default) or submit it "
+                    "(--submit). Training arguments after `--` become the script's defaults; arguments given "
+                    "to sbatch after the script name replace them.")
+    p.add_argument("--site", required=True, choices=sorted(sites))
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
+    p.add_argument("--time", help="wall-clock limit in a Slurm format, e.g. 12:00:00 or 1-00:00:00")
+    p.add_argument("--account", help="project to charge (#SBATCH --account)")
+    p.add_argument("--partition", help="partition (default: the site's)")
+    p.add_argument("--requeue", action="store_true",
+                   help="after a checkpointed stop (exit 75, e.g. at the time limit) requeue the job to resume")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the job script (default)")
+    mode.add_argument("--submit", action="store_true", help="submit the job script with sbatch")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def split_argv(argv):
+    """Launch options before `--`, training arguments after it."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def sbatch_options(site, args, gpus):
+    opts = {"job-name": "bert-squad", "nodes": args.nodes, "ntasks-per-node": max(gpus, 1)}
+    if gpus and site["gpus_per_node_option"]:
+        opts["gpus-per-node"] = gpus
+    opts.update(site["sbatch"])
+    if gpus == 0:
+        opts.pop("mem-per-gpu", None)
+    for key in ("time", "account", "partition"):
+        if getattr(args, key):
+            opts[key] = getattr(args, key)
+    # B: the warning goes to the batch shell only, whose trap forwards it to the launcher.
+    opts["signal"] = f"B:USR1@{site['signal_seconds']}"
+    opts["output"] = "bert-squad-%j.out"
+    if args.requeue:
+        opts["requeue"] = None
+        opts["open-mode"] = "append"  # a requeued run appends to the log instead of truncating it
+    return "\n".join(f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={v}" for k, v in opts.items())
+
+
+def check(site_name, site, args):
+    if args.nodes < 1:
+        raise UserError(f"--nodes {args.nodes}: need at least 1 node")
+    gpus = site["gpus_per_node"] if args.gpus_per_node is None else args.gpus_per_node
+    if gpus < 0:
+        raise UserError(f"--gpus-per-node {gpus}: cannot be negative")
+    if site["gpus_per_node"] and gpus > site["gpus_per_node"]:
+        raise UserError(f"--gpus-per-node {gpus}: a {site_name} node has {site['gpus_per_node']} GPU(s)")
+    if site["gpus_per_node"] and gpus == 0:
+        raise UserError(f"--gpus-per-node 0: {site_name} runs on its GPUs")
+    if args.time and not TIME_RE.match(args.time):
+        raise UserError(f"--time {args.time!r}: use a Slurm time such as 30, 12:00:00 or 1-00:00:00")
+    for key in ("account", "partition"):
+        value = getattr(args, key)
+        if value is not None and not re.fullmatch(r"[\w.-]+", value):
+            raise UserError(f"--{key} {value!r}: letters, digits, '.', '_' and '-' only")
+    return gpus
+
+
+def shell_word(text):
+    """A site value: double-quoted, so the batch shell expands its $VARIABLES."""
+    return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
+
+
+def render(site_name, args, train_args, command):
+    sites = load_sites()
+    site = sites[site_name]
+    gpus = check(site_name, site, args)
+    # The site's CPU masks map local rank i to the cores next to GCD i: only true on a whole node.
+    cpu_bind = site["cpu_bind"] if gpus == site["gpus_per_node"] else ""
+    values = {
+        "site": site_name,
+        "description": site["description"],
+        "command": command,
+        "sbatch": sbatch_options(site, args, gpus),
+        "modules": "\n".join(f"module {m}" for m in site["modules"]) or "# (no modules: the environment of sbatch)",
+        "site_env": "".join(f"export {k}={shell_word(v)}\n" for k, v in site["env"].items()),
+        "runtime": site["runtime"],
+        "launcher": site["launcher"],
+        "requeue": "1" if args.requeue else "0",
+        "scratch": shell_word(site["scratch"]),
+        "image": shell_word(site["image"]),
+        "gpu_env": site["gpu_env"] if gpus else "",
+        "cpu_bind": shell_word(cpu_bind),
+        "train_args": " ".join(shlex.quote(a) for a in train_args) if train_args
+        else " ".join(shell_word(a) for a in site["train_args"]),
+    }
+
+    def fill(match):
+        return values[match.group(1)]
+
+    return re.sub(r"\{\{(\w+)\}\}", fill, TEMPLATE_FILE.read_text())
+
+
+def submit(script):
+    if not shutil.which("sbatch"):
+        raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
+    proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True)
+    if proc.returncode != 0:
+        raise UserError(f"sbatch failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    print(proc.stdout.strip())
+    return 0
+
+
+def main(argv):
+    sites = load_sites()
+    own, train_args = split_argv(list(argv))
+    args = build_parser(sites).parse_args(own)
+    shown = [a for a in own if a not in ("--submit", "--debug")]
+    if "--dry-run" not in shown:
+        shown.append("--dry-run")
+    command = " ".join(["bert-squad launch", *map(shlex.quote, shown), *(["--"] if train_args else []),
+                        *map(shlex.quote, train_args)])
+    script = render(args.site, args, train_args, command.replace("\n", "\\n"))
+    if args.submit:
+        return submit(script)
+    sys.stdout.write(script)
+    return 0
