@@ -98,3 +98,7 @@ def require_mpirun():
 
     if not shutil.which("mpirun"):
         pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")
+
+
+# A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests.
+from slurm_cluster import slurm_cluster  # noqa: E402,F401

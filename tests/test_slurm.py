@@ -1,0 +1,177 @@
+"""The checked-in slurm/generic.sbatch submitted to a real local Slurm (see slurm_cluster.py).
+
+sbatch -> batch shell -> mpirun or srun -> (stand-in) container runtime -> python -m bert_squad, with
+2 ranks training the tiny model on CPU.
+"""
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, require_mpirun
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+GENERIC = ROOT / "slurm" / "generic.sbatch"
+SARUS_IMAGE = "load/library/bert-squad:cuda"
+
+
+def job_env(tmp_path, **extra):
+    """What a user's shell would hold at sbatch time: the venv on PATH, caches on a scratch."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        # The tests run as root; a user's Open MPI needs no such permission.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "BERT_SQUAD_RUNTIME": "none",
+        "BERT_SQUAD_SCRATCH": str(tmp_path),
+        "BERT_SQUAD_CACHE": str(tmp_path / "cache"),
+        **extra,
+    }
+
+
+def train_args(model, train_file, out, *more):
+    return ["--model", model, "--train-file", train_file, "--output-dir", out, "--max-steps", "4",
+            "--max-seq-length", "128", "--doc-stride", "32", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval", *more]
+
+
+def submit(cluster, tmp_path, args, env, options=()):
+    log = tmp_path / "job-%j.out"
+    job = cluster.sbatch(GENERIC, ["--ntasks-per-node=2", f"--output={log}", *options], args, env=env, cwd=ROOT)
+    return job, Path(str(log).replace("%j", job))
+
+
+def finished(cluster, job, log, timeout=900):
+    info = cluster.wait(job, timeout=timeout)
+    text = log.read_text() if log.exists() else "(no log)"
+    return info, text
+
+
+def assert_trained(info, text, out):
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
+    assert "rank 0/2" in text and "rank 1/2" in text, text[-4000:]
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists()
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 4
+
+
+def test_generic_sbatch_trains_two_ranks_with_mpirun(slurm_cluster, tiny_model, sample_train, tmp_path):
+    require_mpirun()
+    out = tmp_path / "model"
+    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), job_env(tmp_path))
+    info, text = finished(slurm_cluster, job, log)
+    assert_trained(info, text, out)
+    assert re.search(r"bert-squad: running: mpirun -np 2 --bind-to none bash -c", text), text[:3000]
+
+
+def _standin_bin(tmp_path):
+    """A PATH folder where sarus, singularity and apptainer are the recording stand-in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    source = (Path(__file__).parent / "standin_runtime.py").read_text()
+    script = f"#!{sys.executable}\n{source}"
+    for name in ("sarus", "singularity", "apptainer"):
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _bind_sources(options, flag):
+    """Host paths of the bind mounts, in the runtime's own syntax."""
+    if flag == "--mount":
+        found = []
+        for opt in options:
+            assert opt.startswith("--mount="), opt
+            fields = dict(kv.split("=", 1) for kv in opt[len("--mount="):].split(","))
+            assert fields["type"] == "bind" and set(fields) == {"type", "source", "destination"}, opt
+            assert fields["source"] == fields["destination"] and os.path.isabs(fields["source"]), opt
+            found.append(fields["source"])
+        return found
+    pairs = options[1::2]
+    assert options[0::2] == ["-B"] * len(pairs), options
+    found = []
+    for pair in pairs:
+        src, dst = pair.split(":")
+        assert src == dst and os.path.isabs(src), pair
+        found.append(src)
+    return found
+
+
+@pytest.mark.parametrize("runtime,launcher", [("sarus", "mpirun"), ("singularity", "srun")])
+def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_train, tmp_path, runtime, launcher):
+    if launcher == "mpirun":
+        require_mpirun()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = scratch / "model"
+    sif = scratch / "bert-squad-rocm.sif"
+    sif.write_text("stand-in image")
+    image = SARUS_IMAGE if runtime == "sarus" else str(sif)
+    record_log = tmp_path / "runtime.jsonl"
+    env = job_env(scratch, BERT_SQUAD_RUNTIME=runtime, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_IMAGE=image,
+                  STANDIN_LOG=str(record_log), STANDIN_SARUS_IMAGE=SARUS_IMAGE)
+    env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
+    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env)
+    info, text = finished(slurm_cluster, job, log)
+    assert_trained(info, text, out)
+
+    calls = _records(record_log)
+    assert len(calls) == 2, calls  # one container per rank
+    ranks = sorted(c["env"]["OMPI_COMM_WORLD_RANK" if launcher == "mpirun" else "SLURM_PROCID"] for c in calls)
+    assert ranks == ["0", "1"]
+    for call in calls:
+        assert call["sub"] == ("run" if runtime == "sarus" else "exec")
+        assert call["image"] == image
+        sources = _bind_sources(call["options"], "--mount" if runtime == "sarus" else "-B")
+        # The scratch (model, data, cache, output) and the checkout (configs/) are visible inside.
+        assert str(scratch) in sources and str(ROOT) in sources, sources
+        assert call["command"][:2] == ["bash", "-c"] and "python -m bert_squad" in call["command"][2]
+        assert call["command"][4:] == train_args(str(tiny_model), str(sample_train), str(out))
+        # The environment the ranks need passes through the runtime (its default; no --cleanenv).
+        assert call["env"]["MASTER_ADDR"] and call["env"]["MASTER_PORT"] == str(20000 + int(job) % 20000)
+        assert call["env"]["BERT_SQUAD_REPO"] == str(ROOT) and call["env"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
+    job, log = submit(slurm_cluster, tmp_path, ["--model", "bert-base-uncased", "--max-steps", "1"], job_env(tmp_path))
+    info, text = finished(slurm_cluster, job, log, timeout=120)
+    assert info["ExitCode"] == "2:0", info
+    assert "model 'bert-base-uncased' is not in the cache" in text and "--download-only" in text
+    assert "running:" not in text
+
+
+def test_missing_image_fails_fast(slurm_cluster, tiny_model, sample_train, tmp_path):
+    env = job_env(tmp_path, BERT_SQUAD_RUNTIME="singularity", BERT_SQUAD_IMAGE=str(tmp_path / "absent.sif"))
+    env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
+    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, tmp_path / "o"), env)
+    info, text = finished(slurm_cluster, job, log, timeout=120)
+    assert info["ExitCode"] == "2:0" and "absent.sif is absent" in text, text
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, sample_train, tmp_path, launcher):
+    """USR1 to the batch shell only (what --signal=B:USR1 does) reaches both ranks through the launcher."""
+    if launcher == "mpirun":
+        require_mpirun()
+    out = tmp_path / "model"
+    args = train_args(tiny_model, sample_train, out, "--log-every", "1")
+    args[args.index("--max-steps") + 1] = "100000"
+    job, log = submit(slurm_cluster, tmp_path, args, job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher))
+    deadline = time.time() + 600
+    # The stop handler is installed before "training N steps" is printed.
+    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
+        assert slurm_cluster.job(job).get("JobState") in ("PENDING", "RUNNING"), log.read_text()
+        time.sleep(1)
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+    info, text = finished(slurm_cluster, job, log, timeout=300)
+    assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
+    assert "USR1 received" in text and "stopped at a checkpoint" in text
+    assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
