@@ -175,3 +175,14 @@ def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, s
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
     assert "USR1 received" in text and "stopped at a checkpoint" in text
     assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
+
+
+def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train, tmp_path):
+    """Interactive use: inside an allocation the script runs as a plain bash script (no #SBATCH)."""
+    require_mpirun()
+    out = tmp_path / "model"
+    proc = slurm_cluster.run("salloc", "--ntasks-per-node=2", "bash", str(GENERIC),
+                             *train_args(tiny_model, sample_train, out),
+                             env={**slurm_cluster.env, **job_env(tmp_path)}, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((out / "train_metrics.json").read_text())["world_size"] == 2

@@ -1,0 +1,147 @@
+"""`bert-squad launch`: the site renders, the checked-in slurm/ scripts, input errors, shellcheck."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from bert_squad import cli, data, launch, model
+from conftest import ROOT
+
+SITES = ("daint", "lumi", "generic")
+
+
+def render(capsys, *argv):
+    assert cli.main(["launch", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def sbatch_lines(script):
+    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M))
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_checked_in_scripts_are_the_site_renders(capsys, site):
+    rendered = render(capsys, "--site", site, "--dry-run")
+    assert (ROOT / "slurm" / f"{site}.sbatch").read_text() == rendered, (
+        f"slurm/{site}.sbatch is stale: regenerate with `make slurm-renders`")
+
+
+@pytest.mark.parametrize("nodes", [1, 8])
+def test_daint_render(capsys, nodes):
+    script = render(capsys, "--site", "daint", "--nodes", str(nodes), "--dry-run")
+    opts = sbatch_lines(script)
+    assert opts["nodes"] == str(nodes) and opts["ntasks-per-node"] == "1" and opts["cpus-per-task"] == "12"
+    assert opts["constraint"] == "gpu" and "gpus-per-node" not in opts
+    assert opts["signal"] == "B:USR1@300"
+    for module in ("daint-gpu", "sarus", "openmpi"):
+        assert f"module load {module}\n" in script
+    assert "RUNTIME=${BERT_SQUAD_RUNTIME:-sarus}" in script and "LAUNCHER=${BERT_SQUAD_LAUNCHER:-mpirun}" in script
+    assert 'IMAGE=${BERT_SQUAD_IMAGE:-"load/library/bert-squad:cuda"}' in script
+    assert "export BERT_SQUAD_GPU_ENV=CUDA_VISIBLE_DEVICES" in script
+    assert '"configs/ds_fp16.json"' in script and '"--resume" "auto"' in script
+    assert f"bert-squad launch --site daint --nodes {nodes} --dry-run" in script
+
+
+@pytest.mark.parametrize("nodes", [1, 8])
+def test_lumi_render(capsys, nodes):
+    script = render(capsys, "--site", "lumi", "--nodes", str(nodes))
+    opts = sbatch_lines(script)
+    assert opts["nodes"] == str(nodes)
+    # One rank per GCD, 7 of the 56 usable cores each, the CPU masks that sit next to each GCD.
+    assert opts["ntasks-per-node"] == "8" and opts["gpus-per-node"] == "8" and opts["cpus-per-task"] == "7"
+    assert opts["partition"] == "standard-g" and opts["signal"] == "B:USR1@300"
+    assert ('CPU_BIND="mask_cpu:fe000000000000,fe00000000000000,fe0000,fe000000,fe,fe00,fe00000000,fe0000000000"'
+            in script)
+    masks = [int(m, 16) for m in re.search(r"mask_cpu:([\w,]+)", script).group(1).split(",")]
+    assert all(bin(m).count("1") == 7 for m in masks) and not any(m & (1 << (8 * i)) for m in masks for i in range(8))
+    assert "RUNTIME=${BERT_SQUAD_RUNTIME:-singularity}" in script and "export BERT_SQUAD_GPU_ENV=ROCR_VISIBLE_DEVICES" in script
+    for var in ("NCCL_SOCKET_IFNAME=\"hsn0,hsn1,hsn2,hsn3\"", "NCCL_NET_GDR_LEVEL=\"PHB\"", "CXI_FORK_SAFE=\"1\""):
+        assert f"export {var}" in script
+    assert "module load singularity-AI-bindings" in script and "module load aws-ofi-rccl" in script
+    assert '"configs/ds_bf16.json"' in script
+
+
+def test_partial_lumi_node_drops_the_gcd_masks(capsys):
+    script = render(capsys, "--site", "lumi", "--gpus-per-node", "2")
+    assert sbatch_lines(script)["ntasks-per-node"] == "2" and 'CPU_BIND=""' in script
+
+
+def test_options_and_training_arguments(capsys):
+    script = render(capsys, "--site", "generic", "--nodes", "2", "--gpus-per-node", "4", "--time", "1-00:00:00",
+                    "--account", "proj_1", "--partition", "gpu", "--requeue", "--",
+                    "--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME")
+    opts = sbatch_lines(script)
+    assert (opts["nodes"], opts["ntasks-per-node"], opts["gpus-per-node"]) == ("2", "4", "4")
+    assert (opts["time"], opts["account"], opts["partition"]) == ("1-00:00:00", "proj_1", "gpu")
+    assert "requeue" in opts and opts["open-mode"] == "append" and "REQUEUE=${BERT_SQUAD_REQUEUE:-1}" in script
+    # User arguments are literal words: quoted, never expanded by the batch shell.
+    line = re.findall(r"^  TRAIN_ARGS=\((.*)\)$", script, re.M)[-1]  # the defaults, after ("$@")
+    words = subprocess.run(["bash", "-c", f"a=({line}); printf '%s\\n' \"${{a[@]}}\""],
+                           capture_output=True, text=True).stdout.splitlines()
+    assert words == ["--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--site", "daint", "--nodes", "0"], "--nodes 0"),
+    (["--site", "lumi", "--gpus-per-node", "9"], "has 8 GPU(s)"),
+    (["--site", "daint", "--gpus-per-node", "2"], "has 1 GPU(s)"),
+    (["--site", "lumi", "--time", "1 hour"], "--time"),
+    (["--site", "lumi", "--account", "x;rm"], "--account"),
+])
+def test_bad_options_are_one_line_errors(capsys, argv, message):
+    assert cli.main(["launch", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bert-squad launch: error:") and message in err
+
+
+def test_submit_pipes_the_script_to_sbatch(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "sbatch"
+    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 42'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert cli.main(["launch", "--site", "lumi", "--nodes", "2", "--submit"]) == 0
+    assert "Submitted batch job 42" in capsys.readouterr().out
+    assert sbatch_lines((tmp_path / "script").read_text())["nodes"] == "2"
+
+
+def test_cache_check_follows_the_python_layout(tmp_path):
+    """The template's fail-fast check looks where bert_squad.model / bert_squad.data put things."""
+    template = launch.TEMPLATE_FILE.read_text()
+    func = re.search(r"^check_cache\(\) \{.*?^\}$", template, re.M | re.S).group(0)
+
+    def check(*args):
+        script = f'die() {{ echo "$*"; exit 2; }}\nBERT_SQUAD_CACHE={tmp_path}\n{func}\ncheck_cache "$@"'
+        return subprocess.run(["bash", "-c", script, "check", *args], capture_output=True, text=True, cwd=tmp_path)
+
+    assert check("--model", "org/bert").returncode == 2
+    target = model.cached_model_dir(tmp_path, "org/bert")
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    miss = check("--model=org/bert", "--dataset", "squad_v2")
+    assert miss.returncode == 2 and "dataset 'squad_v2'" in miss.stdout
+    data.hub_dataset_dir(tmp_path, "squad_v2").mkdir(parents=True)
+    assert check("--model=org/bert", "--dataset", "squad_v2").returncode == 0
+    assert check("--model", "org/other", "--train-file", "x.json").returncode == 2
+    assert check("--download-only").returncode == 2
+
+
+def _scripts(tmp_path, capsys):
+    paths = sorted((ROOT / "slurm").iterdir())
+    for site in ("daint", "lumi"):
+        for nodes in ("1", "8"):
+            path = tmp_path / f"{site}-{nodes}.sbatch"
+            path.write_text(render(capsys, "--site", site, "--nodes", nodes, "--requeue", "--", "--epochs", "1"))
+            paths.append(path)
+    return paths
+
+
+def test_scripts_pass_shellcheck(tmp_path, capsys):
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
+    paths = _scripts(tmp_path, capsys)
+    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+    for path in paths:
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0, path
