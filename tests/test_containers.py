@@ -1,0 +1,116 @@
+"""Container recipes: they parse, install this package against the base's torch, and the documented
+base images and image names agree with the recipes and the site settings. (Images are not built here.)"""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+CONTAINERS = ROOT / "containers"
+DOCKERFILES = {"cuda": CONTAINERS / "Dockerfile.cuda", "rocm": CONTAINERS / "Dockerfile.rocm"}
+INSTRUCTIONS = {"FROM", "RUN", "ENV", "COPY", "ARG", "WORKDIR", "LABEL", "ENTRYPOINT", "CMD", "USER", "SHELL"}
+
+
+def instructions(path):
+    """(INSTRUCTION, arguments) pairs, with comments dropped and `\\` continuations joined like Docker does."""
+    out, pending = [], ""
+    for line in path.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1]
+            continue
+        full, pending = pending + line, ""
+        word, _, args = full.strip().partition(" ")
+        out.append((word, args.strip()))
+    assert not pending, f"{path.name}: dangling line continuation"
+    return out
+
+
+def docs_text():
+    texts = [(CONTAINERS / "README.md").read_text(), (ROOT / "docs" / "cluster.md").read_text()]
+    readme = ROOT / "README.md"
+    if readme.exists() and "Running on a cluster" in readme.read_text():
+        texts.append(readme.read_text())
+    return texts
+
+
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_dockerfile_parses_and_installs_the_package_without_torch(kind):
+    steps = instructions(DOCKERFILES[kind])
+    words = [w for w, _ in steps]
+    assert set(words) <= INSTRUCTIONS, words
+    assert words[0] == "FROM" and words.count("FROM") == 1
+    copied = " ".join(a for w, a in steps if w == "COPY")
+    for needed in ("setup.cfg", "pyproject.toml", "bert_squad", "configs"):
+        assert needed in copied, f"{needed} is not copied into the image"
+    runs = [a for w, a in steps if w == "RUN"]
+    assert any("pip install --no-deps /opt/bert_squad" in r for r in runs)
+    for run in runs:
+        for command in re.split(r"&&|;", run):
+            tokens = shlex.split(command.replace("\\n", " "), posix=True) if "pip" in command else []
+            if tokens[:2] in (["pip", "install"], ["python", "-m"]):
+                assert not any(re.match(r"torch($|[<>=!~\[])", t) for t in tokens), command
+    envs = " ".join(a for w, a in steps if w == "ENV")
+    assert "PIP_CONSTRAINT=/etc/bert-squad-constraints.txt" in envs and "HF_HUB_OFFLINE=1" in envs
+
+
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_install_steps_run_against_this_checkout(kind, tmp_path):
+    """The torch pin and the dependency list the Dockerfile computes, run here with this environment."""
+    runs = [a for w, a in instructions(DOCKERFILES[kind]) if w == "RUN"]
+    pin_step = next(r for r in runs if "bert-squad-constraints.txt" in r)
+    pin = tmp_path / "constraints.txt"
+    subprocess.run(["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin))],
+                   env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"}, check=True)
+    import torch
+
+    assert pin.read_text().splitlines()[-1] == f"torch=={torch.__version__}"
+    deps_step = next(r for r in runs if "requires('bert_squad')" in r)
+    listing = re.search(r'(python -c ".*?") +>', deps_step).group(1)
+    deps = subprocess.run(["sh", "-c", listing.replace("python", sys.executable, 1)], capture_output=True,
+                          text=True, check=True).stdout.split()
+    names = {re.match(r"[\w.-]+", d).group(0).lower() for d in deps}
+    assert "torch" not in names and {"deepspeed", "transformers", "datasets"} <= names
+    assert not names & {"pytest", "hypothesis", "matplotlib"}  # extras stay out of the image
+
+
+def test_base_images_match_the_docs():
+    bases = {kind: next(a for w, a in instructions(path) if w == "FROM") for kind, path in DOCKERFILES.items()}
+    assert bases["cuda"].startswith("nvcr.io/nvidia/pytorch:") and bases["rocm"].startswith("rocm/pytorch:")
+    for text in docs_text():
+        for base in bases.values():
+            assert base in text, f"{base} is not what the docs say"
+        for tag in re.findall(r"(?:nvcr\.io/nvidia/pytorch|rocm/pytorch):[\w.-]+", text):
+            assert tag in bases.values(), f"the docs name {tag}, the Dockerfiles use {sorted(bases.values())}"
+    # Both bases ship a Python the package supports.
+    setup = (ROOT / "setup.cfg").read_text()
+    minimum = tuple(map(int, re.search(r"python_requires = >=(\d+)\.(\d+)", setup).groups()))
+    py = tuple(map(int, re.search(r"py(\d)\.(\d+)", bases["rocm"]).groups()))
+    assert py >= minimum
+
+
+def test_apptainer_definition():
+    text = (CONTAINERS / "bert-squad.def").read_text()
+    header = dict(re.findall(r"^(Bootstrap|From):\s*(.+)$", text, re.M))
+    assert header == {"Bootstrap": "docker-daemon", "From": "{{ IMAGE }}"}
+    sections = re.findall(r"^%(\w+)", text, re.M)
+    assert {"arguments", "environment", "runscript", "test"} <= set(sections)
+    default = re.search(r"^\s+IMAGE=(\S+)$", text, re.M).group(1)
+    assert default == "bert-squad:rocm" and "-t bert-squad:rocm" in (CONTAINERS / "README.md").read_text()
+    assert 'exec python -m bert_squad "$@"' in text
+
+
+def test_site_images_are_the_documented_ones():
+    sites = json.loads((ROOT / "bert_squad" / "sites.json").read_text())
+    readme = (CONTAINERS / "README.md").read_text()
+    # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
+    assert sites["daint"]["image"] == "load/library/bert-squad:cuda" and "sarus load" in readme
+    assert re.search(r"sarus load \S+ bert-squad:cuda", readme)
+    assert sites["lumi"]["image"].endswith("/bert-squad-rocm.sif") and "build bert-squad-rocm.sif" in readme.replace(
+        "--build-arg IMAGE=bert-squad:rocm ", "")
