@@ -1,0 +1,157 @@
+"""`bert-squad summarize runs/<sweep>`: one table for a sweep, mean and spread over seeds.
+
+Reads the sweep's manifest (`sweep.json`, written by `bert-squad sweep`) and each run's
+`train_metrics.json` / `eval_metrics.json`. Runs that failed or have not finished are listed as such,
+never silently dropped. Writes summary.csv, summary.md and f1_by_combination.png beside the manifest.
+"""
+
+import argparse
+import csv
+import io
+import json
+import statistics
+from pathlib import Path
+
+from bert_squad.errors import UserError
+from bert_squad.files import write_text_atomic
+
+MANIFEST = "sweep.json"
+EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
+
+
+def run_status(run_dir):
+    """('finished', metrics) or ('failed'|'stopped'|'not finished', None)."""
+    run_dir = Path(run_dir)
+    eval_file, train_file = run_dir / "eval_metrics.json", run_dir / "train_metrics.json"
+    if eval_file.exists() and train_file.exists():
+        return "finished", {**json.loads(train_file.read_text()), **json.loads(eval_file.read_text())}
+    code_file = run_dir / EXIT_CODE_FILE
+    if code_file.exists():
+        code = code_file.read_text().strip()
+        return ("stopped (checkpointed, resumes)" if code == "75" else f"failed (exit {code})"), None
+    return "not finished", None
+
+
+def _score(metrics, key):
+    """EM/F1 under either SQuAD version's key names."""
+    names = {"em": ("exact_match", "exact"), "f1": ("f1",)}[key]
+    return next(metrics[n] for n in names if n in metrics)
+
+
+def load_manifest(sweep_dir):
+    path = Path(sweep_dir) / MANIFEST
+    if not path.exists():
+        raise UserError(f"{path}: no sweep manifest here (is {sweep_dir} the directory of a `bert-squad sweep`?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: malformed JSON at line {err.lineno}: {err.msg}") from None
+
+
+def collect(sweep_dir):
+    manifest = load_manifest(sweep_dir)
+    groups, problems = {}, []
+    for combo in manifest["combinations"]:
+        status, metrics = run_status(Path(sweep_dir) / combo["name"])
+        if metrics is None:
+            problems.append((combo["name"], combo["seed"], status))
+            groups.setdefault(combo["group"], [])
+        else:
+            groups.setdefault(combo["group"], []).append((combo["seed"], metrics))
+    rows = []
+    for group, runs in groups.items():
+        row = {"combination": group, "seeds": " ".join(str(s) for s, _ in sorted(runs, key=lambda r: r[0])),
+               "finished": len(runs),
+               "runs": sum(1 for c in manifest["combinations"] if c["group"] == group)}
+        for key in ("em", "f1"):
+            values = [_score(m, key) for _, m in runs]
+            row.update({f"{key}_mean": statistics.fmean(values) if values else None,
+                        f"{key}_std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
+                        f"{key}_min": min(values, default=None), f"{key}_max": max(values, default=None)})
+        row["samples_per_second"] = (statistics.fmean(m["run_samples_per_second"] for _, m in runs) if runs else None)
+        row["wall_time_s"] = statistics.fmean(m["wall_time_s"] for _, m in runs) if runs else None
+        row["f1_values"] = [_score(m, "f1") for _, m in runs]
+        rows.append(row)
+    return manifest, rows, problems
+
+
+COLUMNS = ["combination", "seeds", "finished", "runs", "em_mean", "em_std", "em_min", "em_max",
+           "f1_mean", "f1_std", "f1_min", "f1_max", "samples_per_second", "wall_time_s"]
+
+
+def fmt(value):
+    return "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def to_csv(rows):
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: fmt(r[k]) for k in COLUMNS})
+    return buf.getvalue()
+
+
+def to_markdown(rows, problems):
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(fmt(r[k]) for k in COLUMNS) + " |" for r in rows]
+    if problems:
+        lines += ["", "Runs without results:", ""] + [f"- {name} (seed {seed}): {status}" for name, seed, status in problems]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(rows)), 3.5))
+    for i, r in enumerate(rows):
+        if r["f1_values"]:
+            ax.scatter([i] * len(r["f1_values"]), r["f1_values"], color="tab:blue", alpha=0.5, s=16)
+            ax.errorbar(i, r["f1_mean"], yerr=r["f1_std"], fmt="o", color="black", capsize=4)
+    ax.set_xticks(range(len(rows)), [r["combination"] for r in rows], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("F1")
+    ax.set_title("F1 by combination (mean, standard deviation, seeds as dots)")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="bert-squad summarize", description=__doc__.splitlines()[0])
+    p.add_argument("sweep_dir")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    sweep_dir = Path(args.sweep_dir)
+    manifest, rows, problems = collect(sweep_dir)
+    write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
+    write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
+    plot(rows, sweep_dir / "f1_by_combination.png")
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
+    for col in ("combination", "seeds", "done", "EM mean ± std", "EM min–max", "F1 mean ± std", "F1 min–max",
+                "samples/s", "wall s"):
+        table.add_column(col, justify="left" if col in ("combination", "seeds") else "right")
+    for r in rows:
+        done = f"{r['finished']}/{r['runs']}"
+        if r["finished"]:
+            table.add_row(r["combination"], r["seeds"], done, f"{r['em_mean']:.2f} ± {r['em_std']:.2f}",
+                          f"{r['em_min']:.2f}–{r['em_max']:.2f}", f"{r['f1_mean']:.2f} ± {r['f1_std']:.2f}",
+                          f"{r['f1_min']:.2f}–{r['f1_max']:.2f}", f"{r['samples_per_second']:.1f}",
+                          f"{r['wall_time_s']:.0f}")
+        else:
+            table.add_row(r["combination"], "-", done, *["-"] * 6)
+    console = Console()
+    console.print(table)
+    for name, seed, status in problems:
+        console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
+    console.print(f"wrote {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}, "
+                  f"{sweep_dir / 'f1_by_combination.png'}")
+    return 0
