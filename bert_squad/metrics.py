@@ -1,0 +1,172 @@
+"""SQuAD metrics, defined exactly as the official evaluation scripts define them.
+
+Published numbers are computed with `evaluate-v1.1.py` and `evaluate-v2.0.py`, so the scores here
+follow them operation for operation (same normalisation, same summation order, same rounding):
+the JSON our CLI prints is the JSON the official script prints for the same inputs.
+
+The two scripts differ in small ways that are kept on purpose:
+- v1.1 scores a missing prediction 0 (message on stderr); v2.0 cannot score without one
+  (the official script crashes), so `score_v2` raises `ValueError` naming the missing ids.
+- v2.0 drops reference answers that normalise to nothing and treats "no reference" as the single
+  reference "", whose only match is an empty prediction; v1.1 keeps every reference.
+- v2.0's F1 is 1 when prediction and reference are both empty; v1.1's is 0.
+"""
+
+import collections
+import re
+import string
+import sys
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(text):
+    """Lowercase, drop ASCII punctuation and the articles a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _exact(prediction, reference):
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def _f1(prediction, reference, empty_matches_empty):
+    pred_toks = normalize_answer(prediction).split()
+    gold_toks = normalize_answer(reference).split()
+    if empty_matches_empty and (not pred_toks or not gold_toks):
+        return float(pred_toks == gold_toks)
+    num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
+    if num_same == 0:
+        return 0.0
+    precision = 1.0 * num_same / len(pred_toks)
+    recall = 1.0 * num_same / len(gold_toks)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def _v2_references(references):
+    """The references v2.0 scores against: non-empty after normalisation, or else just ""."""
+    return [r for r in references if normalize_answer(r)] or [""]
+
+
+def exact_match(prediction, references):
+    """1.0 if `prediction` equals some reference after normalisation, else 0.0 (v2.0 rules).
+
+    With no (non-empty) reference, i.e. an unanswerable question, only "" is right. Scores are in
+    0..1; the aggregate `score_*` functions report percentages like the official scripts.
+    """
+    return max(_exact(prediction, r) for r in _v2_references(references))
+
+
+def f1(prediction, references):
+    """Best token-overlap F1 of `prediction` against the references, in 0..1 (v2.0 rules)."""
+    return max(_f1(prediction, r, True) for r in _v2_references(references))
+
+
+def _questions(articles):
+    for article in articles:
+        for paragraph in article["paragraphs"]:
+            yield from paragraph["qas"]
+
+
+def _references(qa):
+    return [a["text"] for a in qa["answers"]]
+
+
+def is_v2(articles):
+    """SQuAD 2.0 data marks every question with `is_impossible`; 1.1 data never does."""
+    return any("is_impossible" in qa for qa in _questions(articles))
+
+
+def question_ids(articles):
+    return [qa["id"] for qa in _questions(articles)]
+
+
+def require_all(qids, mapping, what):
+    """v2.0 needs a value for every question: the official script crashes (KeyError) without one."""
+    missing = [qid for qid in qids if qid not in mapping]
+    if missing:
+        more = ", ..." if len(missing) > 3 else ""
+        raise ValueError(f"no {what} for {len(missing)} of {len(qids)} questions: "
+                         f"{', '.join(missing[:3])}{more}")
+
+
+def score_v1(articles, predictions):
+    """`{"exact_match", "f1"}` in percent, as `evaluate-v1.1.py` prints them."""
+    exact = f1_sum = total = 0
+    for qa in _questions(articles):
+        total += 1
+        if qa["id"] not in predictions:
+            print(f"Unanswered question {qa['id']} will receive score 0.", file=sys.stderr)
+            continue
+        refs, pred = _references(qa), predictions[qa["id"]]
+        if not refs:
+            raise ValueError(f"question {qa['id']} has no answers (SQuAD v1.1 needs at least one)")
+        exact += max(_exact(pred, r) for r in refs)
+        f1_sum += max(_f1(pred, r, False) for r in refs)
+    if not total:
+        raise ValueError("no questions to score")
+    return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1_sum / total}
+
+
+def _percentages(exact, f1s, qids):
+    return {"exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+            "f1": 100.0 * sum(f1s[q] for q in qids) / len(qids),
+            "total": len(qids)}
+
+
+def _best_threshold(predictions, raw, na_probs, has_ans):
+    """The no-answer threshold that would maximise the score, searched as the official script does.
+
+    Questions are taken in order of rising no-answer probability (ties keep `na_probs` order, which
+    can matter); predicting "" for everything above the threshold gives `best_score`.
+    """
+    best = current = sum(not v for v in has_ans.values())
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in raw:
+            continue
+        current += raw[qid] if has_ans[qid] else (-1 if predictions[qid] else 0)
+        if current > best:
+            best, best_thresh = current, na_probs[qid]
+    return 100.0 * best / len(raw), best_thresh
+
+
+def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
+    """The dict `evaluate-v2.0.py` prints: exact, f1, total, HasAns_*, NoAns_* and, with `na_probs`
+    (question id -> no-answer probability or score), best_exact(_thresh), best_f1(_thresh).
+
+    A question whose `na_probs` value exceeds `na_prob_thresh` counts as answered "".
+    """
+    has_ans = {qa["id"]: bool(qa["answers"]) for qa in _questions(articles)}
+    if not has_ans:
+        raise ValueError("no questions to score")
+    require_all(has_ans, predictions, "prediction")
+    probs = {k: 0.0 for k in predictions} if na_probs is None else na_probs
+    require_all(has_ans, probs, "no-answer probability")
+    exact_raw, f1_raw, exact, f1s = {}, {}, {}, {}
+    for qa in _questions(articles):
+        qid, pred, refs = qa["id"], predictions[qa["id"]], _v2_references(_references(qa))
+        exact_raw[qid] = max(_exact(pred, r) for r in refs)
+        f1_raw[qid] = max(_f1(pred, r, True) for r in refs)
+        answered_none = probs[qid] > na_prob_thresh
+        exact[qid] = float(not has_ans[qid]) if answered_none else exact_raw[qid]
+        f1s[qid] = float(not has_ans[qid]) if answered_none else f1_raw[qid]
+    result = _percentages(exact, f1s, list(exact))
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [qid for qid, v in has_ans.items() if v == wanted]
+        if qids:
+            result.update({f"{prefix}_{k}": v for k, v in _percentages(exact, f1s, qids).items()})
+    if na_probs is not None:
+        result["best_exact"], result["best_exact_thresh"] = _best_threshold(predictions, exact_raw, probs, has_ans)
+        result["best_f1"], result["best_f1_thresh"] = _best_threshold(predictions, f1_raw, probs, has_ans)
+    return result
+
+
+def score(articles, predictions, na_probs=None):
+    """Score with the official script for the data's version (v2.0 when `is_impossible` appears)."""
+    if is_v2(articles):
+        return score_v2(articles, predictions, na_probs)
+    if na_probs is not None:
+        raise ValueError("no-answer probabilities apply to SQuAD v2.0 data only")
+    return score_v1(articles, predictions)

@@ -1,0 +1,84 @@
+"""From per-window start/end logits to one answer text per question.
+
+Follows Hugging Face's `utils_qa.postprocess_qa_predictions` so that scores are comparable with
+its `run_qa.py`: the best span over all windows of an example, among the top `n_best_size` starts
+and ends of each window; for SQuAD 2.0 the null answer scores `start[CLS] + end[CLS]` (the lowest
+over the windows) and wins when it beats the best span by more than `null_score_diff_threshold`.
+"""
+
+import collections
+
+import numpy as np
+
+
+def _window_spans(offsets, start, end, n_best_size, max_answer_length):
+    """(score, start_char, end_char, start_logit, end_logit) of the allowed spans of one window.
+
+    Only context tokens (offset not None) may bound a span, so a span never covers the question,
+    CLS or padding; a span whose characters are empty is no answer.
+    """
+    start, end = np.asarray(start), np.asarray(end)
+    if not len(start) == len(end) == len(offsets):
+        raise ValueError(f"logits of length {len(start)}/{len(end)} for a window of {len(offsets)} tokens")
+    in_context = np.array([o is not None for o in offsets], dtype=bool)
+    top_starts = np.argsort(start, kind="stable")[::-1][:n_best_size]
+    top_ends = np.argsort(end, kind="stable")[::-1][:n_best_size]
+    s, e = np.meshgrid(top_starts, top_ends, indexing="ij")
+    ok = in_context[s] & in_context[e] & (s <= e) & (e - s < max_answer_length)
+    spans = []
+    for i, j in zip(s[ok].tolist(), e[ok].tolist()):
+        first, last = int(offsets[i][0]), int(offsets[j][1])
+        if first < last:
+            spans.append((float(start[i] + end[j]), first, last, float(start[i]), float(end[j])))
+    return spans
+
+
+def _nbest_entries(candidates, context):
+    """JSON-ready n-best list, with a softmax over the candidates' scores."""
+    if not candidates:
+        return []
+    scores = np.array([c[0] for c in candidates])
+    probs = np.exp(scores - scores.max())
+    probs /= probs.sum()
+    return [{"text": context[first:last], "start_logit": s, "end_logit": e, "probability": float(p)}
+            for (_, first, last, s, e), p in zip(candidates, probs)]
+
+
+def postprocess_predictions(examples, features, start_logits, end_logits, *,
+                            version_2_with_negative=False, n_best_size=20, max_answer_length=30,
+                            null_score_diff_threshold=0.0):
+    """Return `(predictions, nbest, null_odds)`: {id: text}, {id: [n-best dicts]}, {id: float} or None.
+
+    `features[i]` has `example_id` and `offset_mapping` (`[start_char, end_char]` per context token,
+    None for the rest, CLS first); `start_logits[i]`/`end_logits[i]` are 1-D arrays as long as it.
+    `null_odds[id]` is null score minus best span score (the official v2.0 script's na_probs input).
+    With no allowed span the prediction is "" (v2.0: null odds taken against a span score of 0).
+    """
+    windows = collections.defaultdict(list)
+    for i, feature in enumerate(features):
+        windows[feature["example_id"]].append(i)
+    predictions, nbest = {}, {}
+    null_odds = {} if version_2_with_negative else None
+    for example in examples:
+        qid, context = example["id"], example["context"]
+        if not windows[qid]:
+            raise ValueError(f"example {qid} has no features")
+        spans = sorted((span for i in windows[qid]
+                        for span in _window_spans(features[i]["offset_mapping"], start_logits[i],
+                                                  end_logits[i], n_best_size, max_answer_length)),
+                       key=lambda span: span[0], reverse=True)[:n_best_size]
+        best_text = context[spans[0][1]:spans[0][2]] if spans else ""
+        if not version_2_with_negative:
+            predictions[qid] = best_text
+            nbest[qid] = _nbest_entries(spans, context)
+            continue
+        null = min(((float(start_logits[i][0] + end_logits[i][0]), 0, 0,
+                     float(start_logits[i][0]), float(end_logits[i][0])) for i in windows[qid]),
+                   key=lambda c: c[0])
+        null_odds[qid] = null[0] - (spans[0][0] if spans else 0.0)
+        predictions[qid] = "" if null_odds[qid] > null_score_diff_threshold else best_text
+        candidates = sorted(spans + [null], key=lambda c: c[0], reverse=True)[:n_best_size]
+        if null not in candidates:
+            candidates.append(null)
+        nbest[qid] = _nbest_entries(candidates, context)
+    return predictions, nbest, null_odds
