@@ -118,8 +118,8 @@ def _percentages(exact, f1s, qids):
 def _best_threshold(predictions, raw, na_probs, has_ans):
     """The no-answer threshold that would maximise the score, searched as the official script does.
 
-    Questions are taken in order of rising no-answer probability (ties keep `na_probs` order, which
-    can matter); predicting "" for everything above the threshold gives `best_score`.
+    Questions are taken in order of rising no-answer probability, ties in `na_probs` order (which
+    can change the result, so it is kept); everything past the threshold counts as answered "".
     """
     best = current = sum(not v for v in has_ans.values())
     best_thresh = 0.0
@@ -158,8 +158,9 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
         if qids:
             result.update({f"{prefix}_{k}": v for k, v in _percentages(exact, f1s, qids).items()})
     if na_probs is not None:
-        result["best_exact"], result["best_exact_thresh"] = _best_threshold(predictions, exact_raw, probs, has_ans)
-        result["best_f1"], result["best_f1_thresh"] = _best_threshold(predictions, f1_raw, probs, has_ans)
+        for name, raw in (("exact", exact_raw), ("f1", f1_raw)):
+            result[f"best_{name}"], result[f"best_{name}_thresh"] = _best_threshold(
+                predictions, raw, probs, has_ans)
     return result
 
 

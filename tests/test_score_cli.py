@@ -1,0 +1,122 @@
+"""`bert-squad score` prints what the official SQuAD scripts print, and names the file at fault."""
+
+import json
+import subprocess
+
+import pytest
+
+from bert_squad.errors import UserError
+from bert_squad.sample import sample_path
+from bert_squad.score import main
+from conftest import PYTHON, ROOT, shared_squad
+from test_metrics import REFERENCE, random_predictions
+
+
+def run_score(*args):
+    return subprocess.run([PYTHON, "-m", "bert_squad", "score", *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def run_official(version, *args):
+    """JSON printed by the official script (v2.0 prints it indented, v1.1 on one line)."""
+    script = REFERENCE / f"evaluate_{version}.py"
+    if not script.exists():
+        pytest.skip(f"{script} is absent: the official SQuAD script is the oracle of this test")
+    done = subprocess.run([PYTHON, str(script), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def write(path, obj):
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def assert_same_as_official(tmp_path, eval_file, version, na_thresh=None, seed=0):
+    """Random predictions (and no-answer probabilities for v2.0) scored both ways: same JSON line."""
+    preds, na = random_predictions(json.loads(eval_file.read_text()), seed)
+    pred_file = write(tmp_path / "pred.json", preds)
+    ours_args, theirs_args = ["--eval-file", eval_file, "--predictions", pred_file], [eval_file, pred_file]
+    if version == "v2_0":
+        na_file = write(tmp_path / "na.json", na)
+        ours_args += ["--na-probs", na_file]
+        theirs_args += ["--na-prob-file", na_file]
+        if na_thresh is not None:
+            ours_args += ["--na-prob-thresh", na_thresh]
+            theirs_args += ["--na-prob-thresh", na_thresh]
+    theirs = run_official(version, *theirs_args)
+    ours = run_score(*ours_args)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.splitlines()[-1] == json.dumps(theirs)
+    return theirs
+
+
+@pytest.mark.parametrize("name, version, thresh", [
+    ("dev-v1.1.json", "v1_1", None), ("dev-v2.0.json", "v2_0", None), ("dev-v2.0.json", "v2_0", 0.4)])
+def test_sample_scores_equal_official(tmp_path, name, version, thresh):
+    theirs = assert_same_as_official(tmp_path, sample_path(name), version, thresh)
+    assert ("best_f1" in theirs) == (version == "v2_0")
+
+
+@pytest.mark.parametrize("name, version", [("dev-v1.1-subset.json", "v1_1"),
+                                           ("dev-v2.0-subset.json", "v2_0")])
+def test_real_dev_scores_equal_official(tmp_path, name, version):
+    assert_same_as_official(tmp_path, shared_squad(name), version, seed=3)
+
+
+def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
+    eval_file = sample_path("dev-v1.1.json")
+    preds, _ = random_predictions(json.loads(eval_file.read_text()), seed=4)
+    missing = preds.popitem()[0]
+    pred_file = write(tmp_path / "pred.json", preds)
+    assert main(["--eval-file", str(eval_file), "--predictions", str(pred_file),
+                 "--out-file", str(tmp_path / "eval.json")]) == 0
+    out, err = capsys.readouterr()
+    assert f"Unanswered question {missing} will receive score 0." in err
+    assert json.loads(out.splitlines()[-1]) == json.loads((tmp_path / "eval.json").read_text())
+    assert json.loads(out.splitlines()[-1]) == run_official("v1_1", eval_file, pred_file)
+
+
+V2 = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Paris is big.", "qas": [
+    {"id": "a", "question": "?", "answers": [{"text": "Paris", "answer_start": 0}], "is_impossible": False},
+    {"id": "b", "question": "?", "answers": [], "is_impossible": True}]}]}]}
+
+
+@pytest.mark.parametrize("eval_doc, preds, na, message", [
+    (None, {"a": "x"}, None, "eval.json: cannot read"),
+    ("{not json", {"a": "x"}, None, "eval.json: not valid JSON"),
+    ({"version": "v2.0"}, {"a": "x"}, None, "eval.json: expected an object with a 'data' list"),
+    ({"data": [{"paragraphs": [{"context": "c"}]}]}, {}, None,
+     r"eval.json: data\[0\].paragraphs\[0\] has no 'qas'"),
+    ({"data": [{"paragraphs": [{"qas": [{"answers": []}]}]}]}, {}, None,
+     r"eval.json: data\[0\].paragraphs\[0\].qas\[0\] has no string 'id'"),
+    ({"data": [{"paragraphs": [{"qas": [{"id": "a"}]}]}]}, {}, None, "eval.json: question a .*'answers'"),
+    ({"data": []}, {}, None, "eval.json: no questions"),
+    ({"version": "1.1", "data": [{"paragraphs": [{"qas": [{"id": "a", "answers": []}]}]}]}, {"a": "x"}, None,
+     "eval.json: question a has no answers"),
+    (V2, ["a"], None, "pred.json: expected an object mapping question id to an answer string"),
+    (V2, {"a": "x", "b": 3}, None, "pred.json: question b: expected an answer string, got 3"),
+    (V2, {"a": "x"}, None, "pred.json: no prediction for 1 of 2 questions: b"),
+    (V2, {"a": "x", "b": ""}, {"a": "high"}, "na.json: question a: expected a number"),
+    (V2, {"a": "x", "b": ""}, {"a": 0.5}, "na.json: no no-answer probability for 1 of 2 questions: b"),
+    ({"version": "1.1", "data": V2["data"][:0]}, {}, {"a": 0.5}, "eval.json: --na-probs .* v2.0 data only"),
+])
+def test_bad_input_names_the_file(tmp_path, eval_doc, preds, na, message):
+    eval_file, pred_file, na_file = tmp_path / "eval.json", tmp_path / "pred.json", tmp_path / "na.json"
+    if eval_doc is not None:
+        eval_file.write_text(eval_doc if isinstance(eval_doc, str) else json.dumps(eval_doc))
+    write(pred_file, preds)
+    args = ["--eval-file", str(eval_file), "--predictions", str(pred_file)]
+    if na is not None:
+        args += ["--na-probs", str(write(na_file, na))]
+    with pytest.raises(UserError, match=message):
+        main(args)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "none.json"
+    done = run_score("--eval-file", write(tmp_path / "eval.json", V2), "--predictions", missing)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"bert-squad score: error: {missing}: cannot read: No such file or directory"]
+    assert done.stdout == ""
