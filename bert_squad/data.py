@@ -105,7 +105,7 @@ def read_squad(path, strict=False):
     return Examples(records, str(path), version_2, skipped)
 
 
-def to_articles(records):
+def to_articles(records, version_2):
     """Nest flat records back into the official `data` list: what the official metrics read."""
     articles, paragraphs = {}, {}
     for r in records:
@@ -114,10 +114,12 @@ def to_articles(records):
         if key not in paragraphs:
             paragraphs[key] = {"context": r["context"], "qas": []}
             article["paragraphs"].append(paragraphs[key])
-        paragraphs[key]["qas"].append({
-            "id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
-            "answers": [{"text": t, "answer_start": s}
-                        for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]})
+        qa = {"id": r["id"], "question": r["question"],
+              "answers": [{"text": t, "answer_start": s}
+                          for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}
+        if version_2:  # the metrics pick the SQuAD version from the presence of this field
+            qa["is_impossible"] = r["is_impossible"]
+        paragraphs[key]["qas"].append(qa)
     return list(articles.values())
 
 

@@ -58,7 +58,7 @@ def evaluate(module, examples, features, device, tokenizer, args, output_dir=Non
     predictions, nbest, null_odds = postprocess_predictions(
         examples.records, meta, *logits, version_2_with_negative=examples.version_2,
         max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold)
-    metrics = score(to_articles(examples.records), predictions, na_probs=null_odds)
+    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds)
     if output_dir is not None:
         out = Path(output_dir)
         write_json_atomic(out / "predictions.json", predictions)
