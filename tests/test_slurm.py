@@ -186,3 +186,25 @@ def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train,
                              env={**slurm_cluster.env, **job_env(tmp_path)}, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((out / "train_metrics.json").read_text())["world_size"] == 2
+
+
+def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_train, tmp_path):
+    out = tmp_path / "model"
+    args = train_args(tiny_model, sample_train, out, "--resume", "auto")
+    args[args.index("--max-steps") + 1] = "100000"
+    env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
+    job, log = submit(slurm_cluster, tmp_path, args, env, options=["--requeue", "--open-mode=append"])
+    deadline = time.time() + 600
+    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
+        time.sleep(1)
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+    try:
+        while time.time() < deadline and int(slurm_cluster.job(job).get("Restarts", 0)) < 1:
+            time.sleep(1)
+        assert int(slurm_cluster.job(job)["Restarts"]) == 1, log.read_text()[-3000:]
+        assert f"requeueing job {job}" in log.read_text()
+        # Back in the queue under the same id (so the same default --output-dir and --resume auto); Slurm
+        # holds a requeued job about two minutes (Reason BeginTime), longer than this test waits.
+        assert slurm_cluster.job(job)["JobState"] in ("PENDING", "REQUEUED", "RUNNING")
+    finally:
+        slurm_cluster.run("scancel", job)
