@@ -1,4 +1,8 @@
-"""`bert-squad score` prints what the official SQuAD scripts print, and names the file at fault."""
+"""`bert-squad score` prints what the official SQuAD scripts print, and names the file at fault.
+
+The expected line is built with the installed oracle (test_metrics.installed_v1/v2), which
+test_metrics checks against the official scripts, so these comparisons run in CI too.
+"""
 
 import json
 import subprocess
@@ -9,22 +13,12 @@ from bert_squad.errors import UserError
 from bert_squad.sample import sample_path
 from bert_squad.score import main
 from conftest import PYTHON, ROOT, shared_squad
-from test_metrics import REFERENCE, random_predictions
+from test_metrics import installed_v1, installed_v2, random_predictions
 
 
 def run_score(*args):
     return subprocess.run([PYTHON, "-m", "bert_squad", "score", *map(str, args)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-def run_official(version, *args):
-    """JSON printed by the official script (v2.0 prints it indented, v1.1 on one line)."""
-    script = REFERENCE / f"evaluate_{version}.py"
-    if not script.exists():
-        pytest.skip(f"{script} is absent: the official SQuAD script is the oracle of this test")
-    done = subprocess.run([PYTHON, str(script), *map(str, args)], capture_output=True, text=True,
-                          timeout=120, check=True)
-    return json.loads(done.stdout)
 
 
 def write(path, obj):
@@ -34,17 +28,17 @@ def write(path, obj):
 
 def assert_same_as_official(tmp_path, eval_file, version, na_thresh=None, seed=0):
     """Random predictions (and no-answer probabilities for v2.0) scored both ways: same JSON line."""
-    preds, na = random_predictions(json.loads(eval_file.read_text()), seed)
+    squad = json.loads(eval_file.read_text())
+    preds, na = random_predictions(squad, seed)
     pred_file = write(tmp_path / "pred.json", preds)
-    ours_args, theirs_args = ["--eval-file", eval_file, "--predictions", pred_file], [eval_file, pred_file]
+    ours_args = ["--eval-file", eval_file, "--predictions", pred_file]
     if version == "v2_0":
-        na_file = write(tmp_path / "na.json", na)
-        ours_args += ["--na-probs", na_file]
-        theirs_args += ["--na-prob-file", na_file]
+        ours_args += ["--na-probs", write(tmp_path / "na.json", na)]
         if na_thresh is not None:
             ours_args += ["--na-prob-thresh", na_thresh]
-            theirs_args += ["--na-prob-thresh", na_thresh]
-    theirs = run_official(version, *theirs_args)
+        theirs = installed_v2(squad, preds, na, 1.0 if na_thresh is None else na_thresh)
+    else:
+        theirs = installed_v1(squad, preds)
     ours = run_score(*ours_args)
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout.splitlines()[-1] == json.dumps(theirs)
@@ -74,7 +68,7 @@ def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert f"Unanswered question {missing} will receive score 0." in err
     assert json.loads(out.splitlines()[-1]) == json.loads((tmp_path / "eval.json").read_text())
-    assert json.loads(out.splitlines()[-1]) == run_official("v1_1", eval_file, pred_file)
+    assert json.loads(out.splitlines()[-1]) == installed_v1(json.loads(eval_file.read_text()), preds)
 
 
 V2 = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Paris is big.", "qas": [
