@@ -45,5 +45,9 @@ test: system-deps $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"
 
+# slurm/<site>.sbatch are renders of bert_squad/sites.json + job_template.sh; a test keeps them in step.
+slurm-renders: $(STAMP)
+	for site in daint lumi generic; do $(VENV)/bin/bert-squad launch --site $$site --dry-run > slurm/$$site.sbatch; done
+
 clean:
 	rm -rf runs cache .pytest_cache

@@ -115,7 +115,7 @@ def main(argv):
 def param_groups(module, weight_decay):
     """No weight decay on biases and LayerNorm weights, as BERT was trained."""
     decay, no_decay = [], []
-    for name, p in module.named_parameters():
+    for p in module.parameters():
         (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
@@ -154,7 +154,8 @@ def train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_di
     weight_decay = ds_config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
     engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=param_groups(module, weight_decay),
                                            config=ds_config)
-    model = torch.compile(engine.module) if args.compile else engine.module
+    if args.compile:
+        engine.compile()
 
     progress = checkpoint.Progress()
     resume_from = checkpoint.find(args.resume, args.output_dir) if args.resume else None
@@ -188,13 +189,13 @@ def train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_di
             loader = DataLoader(train_rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=collate,
                                 num_workers=1, pin_memory=device.type == "cuda", persistent_workers=False)
             for batch in loader:
+                meter.add(batch)  # counted on the host copy: no device sync
+                run_meter.add(batch)
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                loss = model(**batch).loss
+                loss = engine(**batch).loss
                 engine.backward(loss)
                 boundary = engine.is_gradient_accumulation_boundary()
                 engine.step()
-                meter.add(batch)
-                run_meter.add(batch)
                 loss_sum, loss_n = loss_sum + loss.detach().float(), loss_n + 1  # no sync per step
                 progress.batch_in_epoch += 1
                 if not boundary:

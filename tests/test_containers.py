@@ -33,11 +33,9 @@ def instructions(path):
 
 
 def docs_text():
-    texts = [(CONTAINERS / "README.md").read_text(), (ROOT / "docs" / "cluster.md").read_text()]
-    readme = ROOT / "README.md"
-    if readme.exists() and "Running on a cluster" in readme.read_text():
-        texts.append(readme.read_text())
-    return texts
+    readme = (ROOT / "README.md").read_text()
+    assert "## Running on a cluster" in readme
+    return [(CONTAINERS / "README.md").read_text(), readme]
 
 
 @pytest.mark.parametrize("kind", DOCKERFILES)
