@@ -36,7 +36,7 @@ system-deps:
 demo: $(STAMP)
 	$(PY) -m bert_squad --model "$(MINILM)" \
 	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
-	  --deepspeed_config configs/ds_fp32.json --epochs 2 --learning-rate 1e-4 --max-seq-length 384 \
+	  --deepspeed_config configs/ds_fp32.json --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
 test: system-deps $(STAMP)
