@@ -34,13 +34,19 @@ def _window_spans(offsets, start, end, n_best_size, max_answer_length):
 
 
 def _nbest_entries(candidates, context):
-    """JSON-ready n-best list, with a softmax over the candidates' scores."""
+    """JSON-ready n-best list, with a softmax over the candidates' scores.
+
+    `offsets` ([start_char, end_char] in the context; None for the null answer) let a viewer mark the
+    span where it is, not at the first occurrence of its text.
+    """
     if not candidates:
         return []
     scores = np.array([c[0] for c in candidates])
     probs = np.exp(scores - scores.max())
     probs /= probs.sum()
-    return [{"text": context[first:last], "start_logit": s, "end_logit": e, "probability": float(p)}
+    return [{"text": "" if first is None else context[first:last],
+             "offsets": None if first is None else [first, last],
+             "start_logit": s, "end_logit": e, "probability": float(p)}
             for (_, first, last, s, e), p in zip(candidates, probs)]
 
 
@@ -72,7 +78,7 @@ def postprocess_predictions(examples, features, start_logits, end_logits, *,
             predictions[qid] = best_text
             nbest[qid] = _nbest_entries(spans, context)
             continue
-        null = min(((float(start_logits[i][0] + end_logits[i][0]), 0, 0,
+        null = min(((float(start_logits[i][0] + end_logits[i][0]), None, None,
                      float(start_logits[i][0]), float(end_logits[i][0])) for i in windows[qid]),
                    key=lambda c: c[0])
         null_odds[qid] = null[0] - (spans[0][0] if spans else 0.0)

@@ -36,11 +36,20 @@ def parse_args(argv):
 
 
 def require_qa_model(model_dir):
-    config = json.loads((model_dir / "config.json").read_text())
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"{model_dir / 'config.json'}: cannot read a model config ({err})") from None
     archs = config.get("architectures") or []
     if not any(a.endswith("ForQuestionAnswering") for a in archs):
         raise UserError(f"{model_dir}: not a question-answering model (architectures: {', '.join(archs) or 'none'}); "
                         f"give the --output-dir of a bert-squad training")
+
+
+def predicted_offsets(prediction, nbest):
+    """Where the predicted span is: its first n-best entry, which need not be the head (with a
+    positive null threshold a span is predicted even when the null answer scores best)."""
+    return next((e["offsets"] for e in nbest if prediction and e["text"] == prediction), None)
 
 
 def answer(argv):
@@ -76,9 +85,8 @@ def answer(argv):
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]
         refs = r["answers"]["text"] or [""]
-        best = nbest[r["id"]][0] if nbest[r["id"]] else {}
         out.append({"index": first + i, "id": r["id"], "question": r["question"], "context": r["context"],
-                    "prediction": pred, "prediction_offsets": best.get("offsets") if pred else None,
+                    "prediction": pred, "prediction_offsets": predicted_offsets(pred, nbest[r["id"]]),
                     "answers": r["answers"]["text"], "exact_match": 100.0 * exact_match(pred, refs),
                     "f1": 100.0 * f1(pred, refs)})
     return args, out

@@ -56,6 +56,7 @@ def test_best_span_over_overlapping_windows_and_never_from_the_question():
     assert null_odds is None
     top = nbest["q"][0]
     assert top["text"] == "lazy dog." and (top["start_logit"], top["end_logit"]) == (5.0, 5.0)
+    assert top["offsets"] == [WORDS[7][0], WORDS[8][1]]
     assert [e["text"] for e in nbest["q"]].count("quick brown") == 1
     assert sum(e["probability"] for e in nbest["q"]) == pytest.approx(1.0)
     json.dumps(nbest)  # plain floats
@@ -90,8 +91,8 @@ def test_v2_null_answer_and_threshold():
     preds, nbest, null_odds = run([a, b], starts, ends, version_2_with_negative=True)
     assert null_odds == {"q": pytest.approx(2.0 - 3.0)}
     assert preds["q"] == "fox"
-    assert {"text": "", "start_logit": 1.0, "end_logit": 1.0} in [
-        {k: e[k] for k in ("text", "start_logit", "end_logit")} for e in nbest["q"]]
+    assert {"text": "", "offsets": None, "start_logit": 1.0, "end_logit": 1.0} in [
+        {k: e[k] for k in ("text", "offsets", "start_logit", "end_logit")} for e in nbest["q"]]
     assert run([a, b], starts, ends, version_2_with_negative=True,
                null_score_diff_threshold=-1.5)[0]["q"] == ""
 
@@ -102,6 +103,7 @@ def test_v2_null_answer_stays_in_a_full_nbest():
     both = [logits(a, marks), logits(b, {})]
     preds, nbest, null_odds = run([a, b], both, both, version_2_with_negative=True, n_best_size=2)
     assert [e["text"] for e in nbest["q"]] == ["fox", "fox jumps", ""]
+    assert [e["offsets"] for e in nbest["q"]] == [WORDS[3], [WORDS[3][0], WORDS[4][1]], None]
     assert null_odds["q"] == -20.0 - 4.0 and preds["q"] == "fox"
 
 
@@ -144,3 +146,14 @@ def test_prediction_is_the_best_allowed_span(data):
     assert preds["q"] == nbest["q"][0]["text"]
     spans = {CONTEXT[a[0]:b[1]] for w in windows for a in w for b in w if a and b and a[0] < b[1]}
     assert all(e["text"] in spans for e in nbest["q"])
+    assert all(e["text"] == CONTEXT[slice(*e["offsets"])] for e in nbest["q"])
+
+
+def test_offsets_mark_the_chosen_occurrence_of_a_repeated_text():
+    """A viewer must highlight the "dog" the model picked, not the first one in the paragraph."""
+    offsets = [None, None, [0, 3], [4, 9], [10, 13], None]  # [CLS] q [SEP] dog bites dog [SEP]
+    marks = logits(offsets, {4: 9.0})
+    preds, nbest, _ = postprocess_predictions([{"id": "q", "context": "dog bites dog"}],
+                                              [{"example_id": "q", "offset_mapping": offsets}],
+                                              [marks], [marks])
+    assert preds["q"] == "dog" and nbest["q"][0]["offsets"] == [10, 13]

@@ -1,0 +1,89 @@
+"""`bert-squad-test` run as users run it: the questions asked for, scored as `metrics` scores them,
+and one-line errors for a range or a model that cannot work."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bert_squad import metrics
+from bert_squad.show import predicted_offsets
+from conftest import PYTHON, ROOT
+
+SCRIPT = Path(PYTHON).parent / "bert-squad-test"
+
+
+def run_show(*args):
+    """The installed console script (or the same entry point where the venv has none)."""
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [
+        PYTHON, "-c", "from bert_squad.show import main; raise SystemExit(main())"]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, COLUMNS="300"))  # rich wraps at 80 columns otherwise
+
+
+def questions(eval_file):
+    """(id, question, context, answer texts) in file order."""
+    doc = json.loads(Path(eval_file).read_text())
+    return [(qa["id"], qa["question"], para["context"], [a["text"] for a in qa["answers"]])
+            for article in doc["data"] for para in article["paragraphs"] for qa in para["qas"]]
+
+
+def window_args(model, eval_file, start, count):
+    return ["--model-file", model, "--eval-file", eval_file, "--start-sample", start,
+            "--num-test-samples", count, "--max-seq-length", 128, "--doc-stride", 48]
+
+
+@pytest.mark.parametrize("dev, start, count", [("sample_dev", 5, 3), ("sample_dev_v2", 26, 3)])
+def test_json_lists_the_chosen_questions_with_their_scores(request, tiny_model, dev, start, count):
+    eval_file = request.getfixturevalue(dev)
+    done = run_show(*window_args(tiny_model, eval_file, start, count), "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    expected = questions(eval_file)[start:start + count]
+    assert [r["id"] for r in results] == [qid for qid, *_ in expected]
+    for r, (_, question, context, answers) in zip(results, expected):
+        assert (r["question"], r["answers"]) == (question, answers)
+        pred = r["prediction"]
+        assert r["exact_match"] == 100 * metrics.exact_match(pred, answers)
+        assert r["f1"] == 100 * metrics.f1(pred, answers)
+        # The highlight is the predicted span itself (None for "no answer").
+        assert (context[slice(*r["prediction_offsets"])] if pred else r["prediction_offsets"]) == (pred or None)
+    if dev == "sample_dev_v2":
+        assert [] in [r["answers"] for r in results]  # an unanswerable question is among them
+
+
+def test_rich_view_shows_questions_references_and_a_summary(tiny_model, sample_dev):
+    done = run_show(*window_args(tiny_model, sample_dev, 0, 2))
+    assert done.returncode == 0, done.stderr
+    for _, question, _, answers in questions(sample_dev)[:2]:
+        assert question in done.stdout
+        assert " | ".join(answers) in done.stdout
+    assert "bert-squad-test" in done.stdout and "mean" in done.stdout  # the summary table
+
+
+def test_highlight_is_the_predicted_span_not_the_nbest_head():
+    nbest = [{"text": "", "offsets": None}, {"text": "dog", "offsets": [10, 13]},
+             {"text": "dog", "offsets": [0, 3]}]
+    assert predicted_offsets("dog", nbest) == [10, 13]
+    assert predicted_offsets("", nbest) is None
+
+
+def encoder_dir(tmp_path, tiny_model):
+    """The tiny model's config, declared as a bare encoder (no span head to answer with)."""
+    config = json.loads((tiny_model / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, architectures=["BertModel"])))
+    return tmp_path
+
+
+@pytest.mark.parametrize("model, start, message", [
+    (lambda tmp, tiny: tiny, 100000, "--start-sample 100000 with --num-test-samples 2 is outside its 228 questions"),
+    (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
+    (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),
+], ids=["range", "encoder", "no-config"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, tiny_model, sample_dev, model, start, message):
+    done = run_show(*window_args(model(tmp_path, tiny_model), sample_dev, start, 2))
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("bert-squad-test: error: ") and message in line
