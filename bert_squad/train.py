@@ -265,11 +265,7 @@ def weights_checksum(module):
 
 
 def format_rates(step, total, loss, lr, rates, device):
-    import torch
-
     mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
-    mem = ""
-    if device.type == "cuda":
-        mem = f" mem {torch.cuda.max_memory_allocated(device) / 2**30:.1f}GiB"
     return (f"step {step}/{total} loss {loss:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} samples/s "
-            f"{rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu}{mem}")
+            f"{rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
+            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")

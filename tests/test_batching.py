@@ -1,0 +1,67 @@
+"""Length-grouped batch plans and the FLOP accounting behind MFU."""
+
+import numpy as np
+import pytest
+
+from bert_squad.batching import BatchPlan, Collator
+from bert_squad.perf import flops_per_sample, model_shape, peak_tflops
+
+
+def lengths(n=1000, seed=0):
+    return np.random.default_rng(seed).integers(40, 385, n)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_every_feature_once_per_epoch_and_ranks_disjoint(world):
+    ls = lengths(1001)
+    plans = [BatchPlan(ls, 8, world, r, seed=1) for r in range(world)]
+    per_rank = [p.epoch(0) for p in plans]
+    assert len({len(b) for b in per_rank}) == 1  # same number of batches on every rank
+    flat = [i for batches in per_rank for b in batches for i in b]
+    assert set(flat) == set(range(1001))
+    assert len(flat) - 1001 < 8 * world  # at most one step wraps around
+    for step in zip(*per_rank):  # one optimizer step: disjoint features across ranks
+        ids = [i for b in step for i in b]
+        assert len(ids) == len(set(ids))
+
+
+def test_plan_depends_only_on_seed_and_epoch():
+    ls = lengths()
+    a, b = BatchPlan(ls, 16, 2, 1, seed=5), BatchPlan(ls, 16, 2, 1, seed=5)
+    assert a.epoch(3) == b.epoch(3)
+    assert a.epoch(3) != a.epoch(4)
+    assert a.epoch(0) != BatchPlan(ls, 16, 2, 1, seed=6).epoch(0)
+
+
+def test_grouping_cuts_padding():
+    ls = lengths(4000)
+
+    def padded(plan):
+        return sum(len(b) * max(ls[i] for i in b) for b in plan.epoch(0))
+
+    grouped, shuffled = BatchPlan(ls, 16, 1, 0, seed=0), BatchPlan(ls, 16, 1, 0, seed=0, group_by_length=False)
+    assert padded(grouped) < 0.7 * padded(shuffled)
+    assert padded(grouped) >= ls.sum()
+
+
+def test_collator_pads_to_batch_or_fixed_length():
+    rows = [{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "start_positions": 1, "end_positions": 2},
+            {"input_ids": [4], "attention_mask": [1], "start_positions": 0, "end_positions": 0}]
+    b = Collator(pad_id=0)(rows)
+    assert b["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and b["attention_mask"].tolist()[1] == [1, 0, 0]
+    assert Collator(pad_id=0, pad_to=8)(rows)["input_ids"].shape == (2, 8)
+    assert Collator(pad_id=0, multiple_of=8)(rows)["input_ids"].shape == (2, 8)
+
+
+def test_bert_base_flops_per_sample_at_384():
+    from transformers import BertConfig
+
+    gflop = flops_per_sample(model_shape(BertConfig()), 384) / 1e9
+    assert 205 < gflop < 220  # the issue's figure: about 212 GFLOP per 384-token sample
+
+
+def test_peak_table():
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989
+    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756
+    assert peak_tflops("AMD Instinct MI250X", "fp16") == 191.5
+    assert peak_tflops("cpu", "fp32") is None and peak_tflops("cpu", "fp32", override=1.5) == 1.5
