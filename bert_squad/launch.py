@@ -27,15 +27,9 @@ def load_sites():
     return {name: site for name, site in sites.items() if not name.startswith("_")}
 
 
-def build_parser(sites):
-    p = argparse.ArgumentParser(
-        prog="bert-squad launch",
-        description="Render a Slurm job script for a site and print it (--dry-run, the default) or submit it "
-                    "(--submit). Training arguments after `--` become the script's defaults; arguments given "
-                    "to sbatch after the script name replace them.")
+def add_job_options(p, sites):
+    """The options `launch` and `sweep` share: where and how long the job runs, print or submit."""
     p.add_argument("--site", required=True, choices=sorted(sites))
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
     p.add_argument("--time", help="wall-clock limit in a Slurm format, e.g. 12:00:00 or 1-00:00:00")
     p.add_argument("--account", help="project to charge (#SBATCH --account)")
     p.add_argument("--partition", help="partition (default: the site's)")
@@ -45,6 +39,17 @@ def build_parser(sites):
     mode.add_argument("--dry-run", action="store_true", help="print the job script (default)")
     mode.add_argument("--submit", action="store_true", help="submit the job script with sbatch")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+
+def build_parser(sites):
+    p = argparse.ArgumentParser(
+        prog="bert-squad launch",
+        description="Render a Slurm job script for a site and print it (--dry-run, the default) or submit it "
+                    "(--submit). Training arguments after `--` become the script's defaults; arguments given "
+                    "to sbatch after the script name replace them.")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
+    add_job_options(p, sites)
     return p
 
 
@@ -56,7 +61,8 @@ def split_argv(argv):
     return argv, []
 
 
-def sbatch_options(site, args, gpus):
+def sbatch_options(site, args, gpus, extra=None):
+    """#SBATCH lines: the site's, then the options given, then `extra` (e.g. a sweep's --array)."""
     opts = {"job-name": "bert-squad", "nodes": args.nodes, "ntasks-per-node": max(gpus, 1)}
     if gpus and site["gpus_per_node_option"]:
         opts["gpus-per-node"] = gpus
@@ -72,6 +78,7 @@ def sbatch_options(site, args, gpus):
     if args.requeue:
         opts["requeue"] = None
         opts["open-mode"] = "append"  # a requeued run appends to the log instead of truncating it
+    opts.update(extra or {})
     return "\n".join(f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={v}" for k, v in opts.items())
 
 
@@ -99,7 +106,7 @@ def shell_word(text):
     return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
 
 
-def render(site_name, args, train_args, command):
+def render(site_name, args, train_args, command, extra_sbatch=None):
     sites = load_sites()
     site = sites[site_name]
     gpus = check(site_name, site, args)
@@ -109,7 +116,7 @@ def render(site_name, args, train_args, command):
         "site": site_name,
         "description": site["description"],
         "command": command,
-        "sbatch": sbatch_options(site, args, gpus),
+        "sbatch": sbatch_options(site, args, gpus, extra_sbatch),
         "modules": "\n".join(f"module {m}" for m in site["modules"]) or "# (no modules: the environment of sbatch)",
         "site_env": "".join(f"export {k}={shell_word(v)}\n" for k, v in site["env"].items()),
         "runtime": site["runtime"],
@@ -139,16 +146,21 @@ def submit(script):
     return 0
 
 
+def shown_command(prog, own, train_args):
+    """The command line that renders the same script, for its header: submit options become --dry-run."""
+    shown = [a for a in own if a not in ("--submit", "--debug")]
+    if "--dry-run" not in shown:
+        shown.append("--dry-run")
+    command = " ".join([prog, *map(shlex.quote, shown), *(["--"] if train_args else []),
+                        *map(shlex.quote, train_args)])
+    return command.replace("\n", "\\n")
+
+
 def main(argv):
     sites = load_sites()
     own, train_args = split_argv(list(argv))
     args = build_parser(sites).parse_args(own)
-    shown = [a for a in own if a not in ("--submit", "--debug")]
-    if "--dry-run" not in shown:
-        shown.append("--dry-run")
-    command = " ".join(["bert-squad launch", *map(shlex.quote, shown), *(["--"] if train_args else []),
-                        *map(shlex.quote, train_args)])
-    script = render(args.site, args, train_args, command.replace("\n", "\\n"))
+    script = render(args.site, args, train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
         return submit(script)
     sys.stdout.write(script)

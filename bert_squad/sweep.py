@@ -1,0 +1,251 @@
+"""`bert-squad sweep`: seeds x hyperparameter grid as one Slurm job array, one run directory each.
+
+`sweep.json` in the sweep directory is the manifest: array task i trains combination i (through
+`bert-squad sweep run`, inside the job) into `<sweep dir>/<name>/` with `--seed` and `--resume auto`,
+then writes `exit_code` there. Submitting again leaves out the runs that have final metrics, and the
+others resume from their checkpoints. `bert-squad summarize` reads the same manifest.
+"""
+
+import argparse
+import contextlib
+import itertools
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from bert_squad import launch
+from bert_squad.errors import UserError
+from bert_squad.files import write_json_atomic, write_text_atomic
+from bert_squad.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
+
+# The sweep sets these per run; the model and data stay common, so every run shares one feature cache
+# (and the job's fail-fast cache check sees them).
+OWN_FLAGS = ("--seed", "--output-dir", "--resume")
+FIXED_KEYS = ("model", "dataset", "train_file", "eval_file", "cache_dir", "download_only", "seed",
+              "output_dir", "resume", "local_rank")
+
+
+def parse_seeds(text):
+    """'1-10', '1,3,5' or '1-3,7' -> [1, ..]: ascending ranges, no repeats."""
+    seeds = []
+    for part in text.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if not m:
+            raise UserError(f"--seeds {text!r}: use ranges and lists of non-negative integers, e.g. 1-10 or 1,3,5")
+        first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+        if last < first:
+            raise UserError(f"--seeds {text!r}: range {part} runs backwards")
+        seeds.extend(range(first, last + 1))
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds {text!r}: a seed is listed twice")
+    return seeds
+
+
+def grid_flag(key):
+    """A grid key as the training flag it sets: learning_rate -> --learning-rate."""
+    if key in ("config", "deepspeed_config"):
+        return "--deepspeed_config"
+    return "--" + key.replace("_", "-")
+
+
+def parse_grid(items, parser):
+    """['learning_rate=3e-5,5e-5', ...] -> [(key, flag, [values])], checked against the training parser."""
+    actions = {opt: a for a in parser._actions for opt in a.option_strings}
+    grid = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key or not values:
+            raise UserError(f"--grid {item!r}: use key=value1,value2 (e.g. learning_rate=3e-5,5e-5)")
+        flag = grid_flag(key)
+        action = actions.get(flag)
+        if action is None or action.nargs == 0 or action.dest == "help":
+            raise UserError(f"--grid {item!r}: {key} is not a training option that takes a value "
+                            f"(see python -m bert_squad --help)")
+        if action.dest in FIXED_KEYS:
+            raise UserError(f"--grid {item!r}: {key} is the same for every run of a sweep (give it after --)")
+        if any(k == key for k, _, _ in grid):
+            raise UserError(f"--grid: {key} is given twice")
+        values = [v.strip() for v in values.split(",")]
+        for v in values:
+            try:
+                value = action.type(v) if action.type else v
+            except (TypeError, ValueError):
+                raise UserError(f"--grid {item!r}: {v!r} is not a valid {flag} value") from None
+            if v == "" or (action.choices is not None and value not in action.choices):
+                raise UserError(f"--grid {item!r}: {v!r} is not a valid {flag} value")
+        if len(set(values)) != len(values):
+            raise UserError(f"--grid {item!r}: a value is listed twice")
+        grid.append((key, flag, values))
+    return grid
+
+
+def _safe(text):
+    """A value as a directory-name word: a path by its file name, anything odd as '_'."""
+    return re.sub(r"[^\w.+-]", "_", Path(text).name if "/" in text else text)
+
+
+def combinations(grid, seeds):
+    """Every grid point x seed, seeds innermost, each with its run directory name and group."""
+    combos = []
+    for point in itertools.product(*[[(key, flag, v) for v in values] for key, flag, values in grid]):
+        group = ",".join(f"{key}={_safe(v)}" for key, _, v in point) or "default"
+        for seed in seeds:
+            combos.append({
+                "index": len(combos),
+                "name": "_".join([f"{key}={_safe(v)}" for key, _, v in point] + [f"seed={seed}"]),
+                "group": group,
+                "seed": seed,
+                "params": {key: v for key, _, v in point},
+                "args": [word for _, flag, v in point for word in (flag, v)],
+            })
+    names = [c["name"] for c in combos]
+    if len(set(names)) != len(names):
+        raise UserError("two grid values give the same run directory name: "
+                        f"{sorted({n for n in names if names.count(n) > 1})[0]}")
+    return combos
+
+
+def is_done(run_dir, with_eval):
+    """Final metrics exist: train_metrics.json is written last, after the model and the evaluation."""
+    run_dir = Path(run_dir)
+    return (run_dir / "train_metrics.json").exists() and (not with_eval or (run_dir / "eval_metrics.json").exists())
+
+
+def array_spec(indices, max_parallel=None):
+    """[0, 1, 2, 5] -> '0-2,5', plus '%M' to run at most M at once."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
+        run = [i for _, i in run]
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts) + (f"%{max_parallel}" if max_parallel else "")
+
+
+def common_args(site, train_args):
+    """The training arguments every run gets: the user's, or the site's defaults less the sweep's own."""
+    if not train_args:
+        words = site["train_args"]
+        return [w for i, w in enumerate(words) if w not in OWN_FLAGS and (i == 0 or words[i - 1] not in OWN_FLAGS)]
+    clash = next((w for w in train_args if w.split("=", 1)[0] in OWN_FLAGS), None)
+    if clash:
+        raise UserError(f"{clash}: the sweep sets {', '.join(OWN_FLAGS)} for each run; leave it out")
+    return list(train_args)
+
+
+def check_training_args(parser, argv):
+    """Typos and bad values in the training arguments fail here, not in every array task."""
+    def fail(message):
+        raise UserError(f"training arguments: {message}")
+
+    parser.error = fail
+    parser.parse_args(argv)
+
+
+def build_parser(sites):
+    p = argparse.ArgumentParser(
+        prog="bert-squad sweep",
+        description="Seeds x hyperparameter grid as one Slurm job array: task i trains combination i into "
+                    "<runs-dir>/<name>/<combination>/. Training arguments after `--` are common to all runs. "
+                    "Submitting again skips runs with final metrics and resumes the others.")
+    p.add_argument("--seeds", required=True, help="e.g. 1-10, 1,3,5 or 1-3,7")
+    p.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
+                   help="training options to vary, e.g. learning_rate=3e-5,5e-5 epochs=2,3")
+    p.add_argument("--gpus-per-run", dest="gpus_per_node", type=int, default=None,
+                   help="ranks (and GPUs) per run, on one node (default: the site's GPUs per node)")
+    p.add_argument("--max-parallel", type=int, default=None, help="runs at once (default: all)")
+    p.add_argument("--name", help="sweep name (default: from the grid)")
+    p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
+    launch.add_job_options(p, sites)
+    return p
+
+
+def plan(own, user_args):
+    """Parse and check everything before anything is written: (args, manifest, sweep dir)."""
+    sites = launch.load_sites()
+    args = build_parser(sites).parse_args(own)
+    args.nodes = 1
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
+    from bert_squad.config import build_parser as training_parser
+
+    seeds = parse_seeds(args.seeds)  # before the training parser, which imports DeepSpeed (seconds)
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's import logs to stdout, where the script goes
+        parser = training_parser()
+    grid = parse_grid(args.grid, parser)
+    combos = combinations(grid, seeds)
+    train_args = common_args(sites[args.site], user_args)
+    check_training_args(parser, [*train_args, *combos[0]["args"]])
+    name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
+    if not re.fullmatch(r"[\w.+=-]+", name):
+        raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
+    sweep_dir = Path(args.runs_dir).resolve() / name
+    manifest = {"name": name, "site": args.site, "train_args": train_args, "combinations": combos}
+    return args, manifest, sweep_dir
+
+
+def main(argv):
+    if argv[:1] == ["run"]:
+        return run(argv[1:])
+    own, user_args = launch.split_argv(list(argv))
+    args, manifest, sweep_dir = plan(own, user_args)
+    old = sweep_dir / MANIFEST
+    if old.exists():
+        previous = load_manifest(sweep_dir)
+        if (previous["train_args"], previous["combinations"]) != (manifest["train_args"], manifest["combinations"]):
+            raise UserError(f"{old}: a different sweep (other grid, seeds or training arguments) lives here; "
+                            f"choose another --name")
+    with_eval = "--no-eval" not in manifest["train_args"]
+    todo = [c["index"] for c in manifest["combinations"] if not is_done(sweep_dir / c["name"], with_eval)]
+    total = len(manifest["combinations"])
+    print(f"sweep {manifest['name']}: {total} runs in {sweep_dir}, {total - len(todo)} finished, {len(todo)} to run",
+          file=sys.stderr)
+    if not todo:
+        print("nothing to run: every run has its final metrics (bert-squad summarize "
+              f"{shlex.quote(str(sweep_dir))})")
+        return 0
+    extra = {"job-name": f"bert-squad-sweep-{manifest['name']}", "array": array_spec(todo, args.max_parallel),
+             "output": f"{sweep_dir}/slurm-%A_%a.out"}
+    script = launch.render(args.site, args, ["sweep", "run", str(sweep_dir), "--", *manifest["train_args"]],
+                           launch.shown_command("bert-squad sweep", own, user_args), extra)
+    if not args.submit:
+        sys.stdout.write(script)
+        return 0
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(old, manifest)
+    return launch.submit(script)
+
+
+def run(argv):
+    """Inside the array task, on every rank: train this task's combination, then record how it ended."""
+    p = argparse.ArgumentParser(prog="bert-squad sweep run",
+                                description="Train one combination of a sweep (what each array task runs).")
+    p.add_argument("sweep_dir")
+    p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
+    own, train_args = launch.split_argv(list(argv))
+    args = p.parse_args(own)
+    manifest = load_manifest(args.sweep_dir)
+    index = args.index if args.index is not None else os.environ.get("SLURM_ARRAY_TASK_ID")
+    if index is None:
+        raise UserError("no combination: run inside a Slurm array task or give --index")
+    combos = manifest["combinations"]
+    if not 0 <= int(index) < len(combos):
+        raise UserError(f"combination {index}: the sweep has {len(combos)} (0-{len(combos) - 1})")
+    combo = combos[int(index)]
+    run_dir = Path(args.sweep_dir) / combo["name"]
+    from bert_squad import cli, distributed, train
+
+    rank0 = distributed.detect().rank == 0
+    code_file = run_dir / EXIT_CODE_FILE
+    if rank0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
+    code = 1  # what a crash (an exception past cli.run) leaves behind
+    try:
+        code = cli.run(train.main, [*train_args, *combo["args"], "--seed", str(combo["seed"]),
+                                    "--output-dir", str(run_dir), "--resume", "auto"])
+    finally:
+        if rank0:
+            write_text_atomic(code_file, f"{code}\n")
+    return code
