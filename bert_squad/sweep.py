@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bert_squad import launch
+from bert_squad import config, launch
 from bert_squad.errors import UserError
 from bert_squad.files import write_json_atomic, write_text_atomic
 from bert_squad.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
@@ -141,6 +141,7 @@ def check_training_args(parser, argv):
 
     parser.error = fail
     parser.parse_args(argv)
+    config.parse_args(argv)  # the checks across options (window lengths, something to train)
 
 
 def build_parser(sites):
@@ -168,11 +169,9 @@ def plan(own, user_args):
     args.nodes = 1
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
-    from bert_squad.config import build_parser as training_parser
-
     seeds = parse_seeds(args.seeds)  # before the training parser, which imports DeepSpeed (seconds)
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's import logs to stdout, where the script goes
-        parser = training_parser()
+        parser = config.build_parser()
     grid = parse_grid(args.grid, parser)
     combos = combinations(grid, seeds)
     train_args = common_args(sites[args.site], user_args)

@@ -83,6 +83,8 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# How long a requeued job waits before it may start again (default 120 s): short, so a requeue test resumes.
+AuthInfo=cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

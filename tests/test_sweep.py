@@ -1,0 +1,236 @@
+"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, rendering, and a real array job."""
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from bert_squad import cli, launch, sweep
+from bert_squad.config import build_parser
+from bert_squad.errors import UserError
+from conftest import ROOT
+from test_launch import sbatch_lines
+from test_slurm import job_env
+
+
+def dry_run(capsys, *argv):
+    assert cli.main(["sweep", *argv]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,seeds", [("1-3", [1, 2, 3]), ("5", [5]), ("1,3,5", [1, 3, 5]), ("0-1,7", [0, 1, 7])])
+def test_seeds(text, seeds):
+    assert sweep.parse_seeds(text) == seeds
+
+
+def test_grid_maps_keys_to_training_flags():
+    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "epochs=2,3", "config=configs/ds_bf16.json",
+                             "max-seq-length=128"], build_parser())
+    assert [(k, f, v) for k, f, v in grid] == [
+        ("learning_rate", "--learning-rate", ["3e-5", "5e-5"]), ("epochs", "--epochs", ["2", "3"]),
+        ("config", "--deepspeed_config", ["configs/ds_bf16.json"]), ("max_seq_length", "--max-seq-length", ["128"])]
+
+
+def test_combinations_name_group_and_order():
+    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "deepspeed_config=configs/ds_bf16.json"], build_parser())
+    combos = sweep.combinations(grid, [1, 2])
+    assert [c["index"] for c in combos] == [0, 1, 2, 3]
+    assert combos[1]["name"] == "learning_rate=3e-5_deepspeed_config=ds_bf16.json_seed=2"
+    assert combos[1]["group"] == "learning_rate=3e-5,deepspeed_config=ds_bf16.json" and combos[1]["seed"] == 2
+    assert combos[2]["args"] == ["--learning-rate", "5e-5", "--deepspeed_config", "configs/ds_bf16.json"]
+    assert [c["name"] for c in sweep.combinations([], [4])] == ["seed=4"]
+
+
+def test_array_spec():
+    assert sweep.array_spec([0, 1]) == "0-1"
+    assert sweep.array_spec([1, 3], 2) == "1,3%2"
+    assert sweep.array_spec([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_done_needs_final_metrics(tmp_path):
+    (tmp_path / "train_metrics.json").write_text("{}")
+    assert sweep.is_done(tmp_path, with_eval=False) and not sweep.is_done(tmp_path, with_eval=True)
+    (tmp_path / "eval_metrics.json").write_text("{}")
+    assert sweep.is_done(tmp_path, with_eval=True)
+
+
+TRAIN = ["--model", "m", "--train-file", "t.json", "--max-steps", "3"]
+
+
+def test_dry_run_renders_one_array_job(capsys, tmp_path):
+    script = dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--", *TRAIN)
+    opts = sbatch_lines(script)
+    assert opts["array"] == "0-1" and opts["ntasks-per-node"] == "1" and opts["job-name"] == "bert-squad-sweep-seeds"
+    assert opts["output"] == f"{tmp_path}/seeds/slurm-%A_%a.out"
+    # Every array task runs the sweep's own action; the model and data stay visible to the cache check.
+    line = re.findall(r"^  TRAIN_ARGS=\((.*)\)$", script, re.M)[-1]
+    assert line.split() == ["sweep", "run", f"{tmp_path}/seeds", "--", *TRAIN]
+    assert "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in script  # each array task has its own job id
+    assert not (tmp_path / "seeds").exists()  # a dry run writes nothing
+
+
+def test_grid_gpus_and_parallel_render(capsys, tmp_path):
+    script = dry_run(capsys, "--site", "lumi", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
+                     "--gpus-per-run", "2", "--max-parallel", "4", "--requeue", "--time", "2:00:00",
+                     "--runs-dir", str(tmp_path), "--name", "lr")
+    opts = sbatch_lines(script)
+    assert opts["array"] == "0-5%4" and opts["ntasks-per-node"] == "2" and opts["gpus-per-node"] == "2"
+    assert opts["time"] == "2:00:00" and "requeue" in opts
+    # No training arguments: the site's defaults, less its own --output-dir/--resume.
+    assert "sweep run " + str(tmp_path / "lr") + " -- --deepspeed_config configs/ds_bf16.json --epochs 2 " \
+           "--checkpoint-every 500)" in script
+
+
+def test_rendered_array_script_passes_shellcheck(capsys, tmp_path):
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
+    path = tmp_path / "sweep.sbatch"
+    path.write_text(dry_run(capsys, "--site", "lumi", "--seeds", "1-2", "--grid", "epochs=1,2", "--requeue",
+                            "--runs-dir", str(tmp_path), "--", "--epochs", "1"))
+    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seeds", "3-1"], "runs backwards"),
+    (["--seeds", "1,x"], "--seeds"),
+    (["--seeds", "1,1"], "listed twice"),
+    (["--seeds", "1", "--grid", "warp_speed=9"], "warp_speed is not a training option"),
+    (["--seeds", "1", "--grid", "learning_rate"], "key=value1,value2"),
+    (["--seeds", "1", "--grid", "epochs=two"], "'two' is not a valid --epochs value"),
+    (["--seeds", "1", "--grid", "seed=1,2"], "same for every run"),
+    (["--seeds", "1", "--grid", "model=a,b"], "same for every run"),
+    (["--seeds", "1", "--grid", "no_eval=1"], "takes a value"),
+    (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
+    (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
+    (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
+    (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride must leave room"),
+])
+def test_bad_input_is_one_line_error(capsys, argv, message):
+    assert cli.main(["sweep", "--site", "generic", *argv]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (DeepSpeed's import may log a line first)
+    assert last.startswith("bert-squad sweep: error:") and message in last, last
+
+
+def test_another_sweep_under_the_same_name_is_refused(capsys, tmp_path):
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "sweep.json").write_text(json.dumps({"train_args": [], "combinations": []}))
+    assert cli.main(["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path), "--submit"]) == 2
+    assert "a different sweep" in capsys.readouterr().err
+
+
+def fake_sweep(tmp_path):
+    """Three seeds of one group and one of another: finished, failed, stopped and never started runs."""
+    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5"], build_parser())
+    combos = sweep.combinations(grid, [1, 2, 3])
+    tmp_path.mkdir(exist_ok=True)
+    train_args = sweep.common_args(launch.load_sites()["generic"], [])  # what a sweep without `--` records
+    (tmp_path / "sweep.json").write_text(json.dumps({"name": "lr", "site": "generic", "train_args": train_args,
+                                                    "combinations": combos}))
+    for combo, f1 in zip(combos[:2], (50.0, 60.0)):
+        run = tmp_path / combo["name"]
+        run.mkdir()
+        (run / "eval_metrics.json").write_text(json.dumps({"exact_match": f1 - 10, "f1": f1}))
+        (run / "train_metrics.json").write_text(json.dumps({"run_samples_per_second": 12.0, "wall_time_s": 30.0}))
+        (run / "exit_code").write_text("0\n")
+    for combo, code in zip(combos[2:4], ("1", "75")):
+        (tmp_path / combo["name"]).mkdir()
+        (tmp_path / combo["name"] / "exit_code").write_text(code + "\n")
+    return combos
+
+
+def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
+    fake_sweep(tmp_path)
+    assert cli.main(["summarize", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "learning_rate=3e-5" in out and "failed (exit 1)" in out and "stopped (checkpointed" in out
+    assert "not finished" in out
+    rows = {r["combination"]: r for r in csv.DictReader((tmp_path / "summary.csv").open())}
+    first = rows["learning_rate=3e-5"]
+    assert (first["seeds"], first["finished"], first["runs"]) == ("1 2", "2", "3")
+    assert (first["f1_mean"], first["f1_min"], first["f1_max"], first["f1_std"]) == ("55.00", "50.00", "60.00", "7.07")
+    assert (first["em_mean"], first["samples_per_second"], first["wall_time_s"]) == ("45.00", "12.00", "30.00")
+    assert rows["learning_rate=5e-5"]["finished"] == "0"  # listed, not dropped
+    md = (tmp_path / "summary.md").read_text()
+    assert "learning_rate=5e-5_seed=3 (seed 3): not finished" in md
+    assert "learning_rate=3e-5_seed=3 (seed 3): failed (exit 1)" in md
+    assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_submit_skips_finished_runs(tmp_path, monkeypatch, capsys):
+    combos = fake_sweep(tmp_path / "lr")
+    fake = tmp_path / "sbatch"
+    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 7'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{ROOT / '.venv' / 'bin'}:/usr/bin:/bin")
+    argv = ["sweep", "--site", "generic", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
+            "--runs-dir", str(tmp_path), "--name", "lr", "--submit"]
+    assert cli.main(argv) == 0
+    assert sbatch_lines((tmp_path / "script").read_text())["array"] == "2-5"  # 0 and 1 have final metrics
+    for combo in combos:
+        (tmp_path / "lr" / combo["name"]).mkdir(exist_ok=True)
+        for name in ("train_metrics.json", "eval_metrics.json"):
+            (tmp_path / "lr" / combo["name"] / name).write_text("{}")
+    (tmp_path / "script").unlink()
+    assert cli.main(argv) == 0
+    assert "nothing to run" in capsys.readouterr().out and not (tmp_path / "script").exists()
+
+
+def test_run_needs_a_combination(tmp_path, monkeypatch):
+    fake_sweep(tmp_path)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    with pytest.raises(UserError, match="array task"):
+        sweep.main(["run", str(tmp_path)])
+    with pytest.raises(UserError, match="has 6"):
+        sweep.main(["run", str(tmp_path), "--index", "6"])
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, sample_dev, tmp_path):
+    runs = tmp_path / "runs"
+    train = ["--model", str(tiny_model), "--train-file", str(sample_train), "--eval-file", str(sample_dev),
+             "--max-steps", "3", "--max-seq-length", "96", "--doc-stride", "16",
+             "--deepspeed_config", "configs/ds_fp32.json"]
+    env = {**slurm_cluster.env, **job_env(tmp_path), "COLUMNS": "200"}  # the rich table on one line per row
+
+    def bert_squad(*args):
+        return subprocess.run([sys.executable, "-m", "bert_squad", *args], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=300)
+
+    submit = ["sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", str(runs), "--submit", "--", *train]
+    proc = bert_squad(*submit)
+    assert proc.returncode == 0, proc.stderr
+    array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
+    sweep_dir = runs / "seeds"
+    combos = json.loads((sweep_dir / "sweep.json").read_text())["combinations"]
+    assert [c["name"] for c in combos] == ["seed=1", "seed=2"]
+    ports = set()
+    for task in ("0", "1"):
+        info = slurm_cluster.wait(f"{array_job}_{task}", timeout=600)
+        log = (sweep_dir / f"slurm-{array_job}_{task}.out").read_text()
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{log[-3000:]}"
+        ports.add(re.search(r"master \S+:(\d+)", log).group(1))
+    assert len(ports) == 2  # each array task is its own job: its own rendezvous port
+    for combo in combos:
+        run = sweep_dir / combo["name"]
+        assert (run / "exit_code").read_text() == "0\n"
+        metrics = json.loads((run / "train_metrics.json").read_text())
+        assert metrics["steps"] == 3 and metrics["args"]["seed"] == combo["seed"]
+        assert "f1" in json.loads((run / "eval_metrics.json").read_text())
+
+    again = bert_squad(*submit)
+    assert again.returncode == 0 and "nothing to run" in again.stdout, again.stderr
+    assert "2 finished, 0 to run" in again.stderr and "Submitted" not in again.stdout
+
+    summary = bert_squad("summarize", str(sweep_dir))
+    assert summary.returncode == 0, summary.stderr
+    assert "default" in summary.stdout and "1 2" in summary.stdout and "2/2" in summary.stdout
+    rows = list(csv.DictReader((sweep_dir / "summary.csv").open()))
+    assert len(rows) == 1 and (rows[0]["seeds"], rows[0]["finished"]) == ("1 2", "2")
+    assert "| default | 1 2 | 2 | 2 |" in (sweep_dir / "summary.md").read_text()
+    assert (sweep_dir / "f1_by_combination.png").stat().st_size > 0
