@@ -27,6 +27,16 @@ KNOWN_KEYS = {
 }
 
 
+def add_window_arguments(parser):
+    """Window and answer-span options: training, `evaluate` and `bert-squad-test` must agree on them."""
+    g = parser.add_argument_group("windows and answers")
+    g.add_argument("--max-seq-length", type=int, default=384)
+    g.add_argument("--doc-stride", type=int, default=128)
+    g.add_argument("--max-query-length", type=int, default=64)
+    g.add_argument("--max-answer-length", type=int, default=30)
+    g.add_argument("--null-score-diff-threshold", type=float, default=0.0, help="SQuAD v2.0: predict no answer above this")
+
+
 def build_parser():
     import deepspeed
 
@@ -44,12 +54,7 @@ def build_parser():
     g.add_argument("--download-only", action="store_true",
                    help="fetch --model and --dataset into the cache and exit (login node with internet)")
     g.add_argument("--strict", action="store_true", help="an answer_start that misses its text is an error, not a skip")
-    g = p.add_argument_group("windows")
-    g.add_argument("--max-seq-length", type=int, default=384)
-    g.add_argument("--doc-stride", type=int, default=128)
-    g.add_argument("--max-query-length", type=int, default=64)
-    g.add_argument("--max-answer-length", type=int, default=30)
-    g.add_argument("--null-score-diff-threshold", type=float, default=0.0, help="SQuAD v2.0: predict no answer above this")
+    add_window_arguments(p)
     g = p.add_argument_group("training")
     g.add_argument("--epochs", type=float, default=2.0)
     g.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: epochs decide)")

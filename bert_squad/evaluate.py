@@ -73,6 +73,7 @@ def evaluate(module, examples, features, device, tokenizer, args, output_dir=Non
 def main(argv):
     """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
     from bert_squad import model as model_lib
+    from bert_squad.config import add_window_arguments
     from bert_squad.features import WindowConfig, build_features
 
     p = argparse.ArgumentParser(prog="bert-squad evaluate", description=main.__doc__)
@@ -80,11 +81,7 @@ def main(argv):
     p.add_argument("--eval-file", required=True)
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cache-dir", default=None)
-    p.add_argument("--max-seq-length", type=int, default=384)
-    p.add_argument("--doc-stride", type=int, default=128)
-    p.add_argument("--max-query-length", type=int, default=64)
-    p.add_argument("--max-answer-length", type=int, default=30)
-    p.add_argument("--null-score-diff-threshold", type=float, default=0.0)
+    add_window_arguments(p)
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
     model_lib.go_offline()

@@ -9,6 +9,7 @@ import json
 import sys
 
 from bert_squad import model as model_lib
+from bert_squad.config import add_window_arguments
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
 
@@ -22,11 +23,7 @@ def parse_args(argv):
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--start-sample", type=int, default=0)
     p.add_argument("--num-test-samples", type=int, default=10)
-    p.add_argument("--max-seq-length", type=int, default=384)
-    p.add_argument("--doc-stride", type=int, default=128)
-    p.add_argument("--max-query-length", type=int, default=64)
-    p.add_argument("--max-answer-length", type=int, default=30)
-    p.add_argument("--null-score-diff-threshold", type=float, default=0.0)
+    add_window_arguments(p)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
@@ -68,9 +65,9 @@ def answer(argv):
     require_qa_model(model_dir)
     examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
     first, count = args.start_sample, args.num_test_samples
-    if count <= 0 or not 0 <= first < len(examples):
+    if count <= 0 or first < 0 or first + count > len(examples):
         raise UserError(f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
-                        f"its {len(examples)} questions (valid start: 0..{len(examples) - 1})")
+                        f"its {len(examples)} questions (questions 0..{len(examples) - 1})")
     chosen = Examples(examples.records[first:first + count], examples.source, examples.version_2)
     tokenizer = model_lib.load_tokenizer(model_dir)
     module = model_lib.load_qa_model(model_dir)

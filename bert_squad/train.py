@@ -211,7 +211,8 @@ def train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_di
                     loss_sum, loss_n = torch.zeros((), device=device), 0
                 bar.update(task, completed=progress.step, info=f"loss {loss.item():.3f} lr {engine.get_lr()[0]:.2e} "
                            f"{last_rates.get('samples_per_second', 0):.1f} samples/s" if bar.live.is_started else "")
-                if args.eval_every and progress.step % args.eval_every == 0 and dev_features is not None:
+                if (args.eval_every and progress.step % args.eval_every == 0 and progress.step < total_steps
+                        and dev_features is not None):  # the last step's evaluation follows the loop
                     metrics = evaluate(engine.module, dev_ex, dev_features, device, tokenizer, args)
                     if metrics is not None:
                         evals.append(dict(metrics, step=progress.step))

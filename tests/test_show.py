@@ -79,9 +79,10 @@ def encoder_dir(tmp_path, tiny_model):
 
 @pytest.mark.parametrize("model, start, message", [
     (lambda tmp, tiny: tiny, 100000, "--start-sample 100000 with --num-test-samples 2 is outside its 228 questions"),
+    (lambda tmp, tiny: tiny, 227, "--start-sample 227 with --num-test-samples 2 is outside its 228 questions"),
     (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
     (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),
-], ids=["range", "encoder", "no-config"])
+], ids=["range", "range-end", "encoder", "no-config"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, tiny_model, sample_dev, model, start, message):
     done = run_show(*window_args(model(tmp_path, tiny_model), sample_dev, start, 2))
     assert done.returncode == 2
