@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, require_mpirun
+from conftest import ROOT, require_mpirun, run_bert_squad
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -203,8 +203,60 @@ def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_tr
             time.sleep(1)
         assert int(slurm_cluster.job(job)["Restarts"]) == 1, log.read_text()[-3000:]
         assert f"requeueing job {job}" in log.read_text()
-        # Back in the queue under the same id (so the same default --output-dir and --resume auto); Slurm
-        # holds a requeued job about two minutes (Reason BeginTime), longer than this test waits.
+        # Back in the queue under the same id (so the same default --output-dir and --resume auto); that
+        # it resumes and finishes is test_time_limit_checkpoints_and_the_requeued_job_finishes.
         assert slurm_cluster.job(job)["JobState"] in ("PENDING", "REQUEUED", "RUNNING")
     finally:
         slurm_cluster.run("scancel", job)
+
+
+def steps_per_second(model, train_file, tmp_path):
+    """This machine's training speed now, as a job rank runs (one thread): it varies 10x with the load."""
+    out = tmp_path / "calibrate"
+    args = train_args(model, train_file, out)
+    args[args.index("--max-steps") + 1] = "150"
+    proc = run_bert_squad(*args, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    return metrics["run_samples_per_second"] / metrics["train_batch_size"]
+
+
+def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tiny_model, sample_train, tmp_path):
+    """A real --time expires mid-training: its warning stops the run at a checkpoint (exit 75), the job
+    requeues itself, and the requeued run resumes from that checkpoint and completes.
+
+    Slurm checks limits every 30 s and --time counts minutes, so with --time=2 and B:USR1@60 the warning
+    comes 60-90 s after the start, after the stop handler is installed. The training is 150 s long at
+    the speed measured just before, so the first run cannot finish even if the machine gets faster. While
+    the requeued job is held (Reason BeginTime: 11 s with slurm_cluster.py's AuthInfo=cred_expire=10, 2
+    minutes by default) the test raises its limit, as an operator would, so that the rest finishes
+    however busy the shared cores get.
+    """
+    steps = int(150 * steps_per_second(tiny_model, sample_train, tmp_path))
+    out = tmp_path / "model"
+    args = train_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "100")
+    args[args.index("--max-steps") + 1] = str(steps)
+    env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
+    job, log = submit(slurm_cluster, tmp_path, args, env,
+                      options=["--ntasks-per-node=1", "--time=2", "--signal=B:USR1@60", "--requeue",
+                               "--open-mode=append"])
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and int(slurm_cluster.job(job).get("Restarts", 0)) < 1:
+            assert slurm_cluster.job(job)["JobState"] in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"), (
+                f"the first run ended without a requeue ({steps} steps in 90 s?):\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        text = log.read_text()
+        assert "USR1 received" in text and f"requeueing job {job}" in text, text[-3000:]
+        stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
+        assert 0 < stopped_at < steps
+        assert slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=15").returncode == 0
+        info, text = finished(slurm_cluster, job, log, timeout=600)
+    finally:
+        slurm_cluster.run("scancel", job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "1", (
+        f"{info}\n{text[-3000:]}")
+    assert re.search(rf"resumed from \S+/checkpoints/step0*{stopped_at} at step {stopped_at}\b", text), text[-3000:]
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists()
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["steps"] == steps and metrics["world_size"] == 1
