@@ -36,8 +36,19 @@ def run(action, argv, prog="bert-squad"):
         return 130
 
 
+def pick_accelerator():
+    """Without a GPU, tell DeepSpeed so: otherwise it prints its fallback warning on stdout at import,
+    into every log and into job scripts rendered with --dry-run > file."""
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():  # true on ROCm builds too
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    pick_accelerator()
     if argv and argv[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[argv[0]])
         return run(module.main, argv[1:], prog=f"bert-squad {argv[0]}")
