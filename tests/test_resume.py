@@ -70,6 +70,18 @@ def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample
     assert json.loads((out / "train_metrics.json").read_text())["steps"] == 16
 
 
+def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path):
+    """Preemption and scancel send SIGTERM: same path as Slurm's USR1 warning."""
+    out = tmp_path / "out"
+    proc = _start(tiny_model, sample_train, out, "--log-every", "1")
+    _wait_for(proc, "step 2/16")
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_STOPPED, stderr[-2000:]
+    assert f"stop requested (signal {int(signal.SIGTERM)})" in stdout
+    assert complete_tags(checkpoint_root(out))
+
+
 def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
