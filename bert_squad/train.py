@@ -187,7 +187,7 @@ def train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_di
         while progress.step < total_steps and not stopped:
             batches = plan.epoch(progress.epoch)[:steps_per_epoch * gas]
             loader = DataLoader(train_rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=collate,
-                                num_workers=1, pin_memory=device.type == "cuda", persistent_workers=False)
+                                num_workers=0 if device.type == "cpu" else 2, pin_memory=device.type == "cuda")
             for batch in loader:
                 meter.add(batch)  # counted on the host copy: no device sync
                 run_meter.add(batch)
