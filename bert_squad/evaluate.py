@@ -6,9 +6,9 @@ and the gathered predictions are byte-identical to it.
 """
 
 import argparse
+import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bert_squad import distributed
@@ -85,18 +85,17 @@ def main(argv):
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
     model_lib.go_offline()
-    model_dir = model_lib.resolve(args.model_dir, args.cache_dir or model_lib.default_cache_dir())
+    cache_dir = args.cache_dir or model_lib.default_cache_dir()
+    model_dir = model_lib.resolve(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model_lib.load_tokenizer(model_dir)
     module = model_lib.load_qa_model(model_dir)
     device = distributed.init(distributed.detect())
     module.to(device)
     win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-    features = build_features(examples, tokenizer, win, args.cache_dir or model_lib.default_cache_dir(), train=False)
+    features = build_features(examples, tokenizer, win, cache_dir, train=False)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     metrics = evaluate(module, examples, features, device, tokenizer, args, output_dir=args.output_dir)
     if metrics is not None:
-        import json
-
         print(json.dumps(metrics))
     return 0

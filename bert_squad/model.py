@@ -27,11 +27,13 @@ def cached_model_dir(cache_dir, name):
 
 def resolve(name_or_path, cache_dir):
     """A directory holding config.json: the path itself, or the cached copy of a hub name."""
-    for candidate in (Path(name_or_path), cached_model_dir(cache_dir, name_or_path)):
-        if (candidate / "config.json").is_file():
-            return candidate
-        if candidate.is_dir() and candidate == Path(name_or_path):
-            raise UserError(f"{candidate}: not a model directory (no config.json)")
+    path, cached = Path(name_or_path), cached_model_dir(cache_dir, name_or_path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"{path}: not a model directory (no config.json)")
+        return path
+    if (cached / "config.json").is_file():
+        return cached
     raise UserError(f"model '{name_or_path}' is not in the cache {cached_model_dir(cache_dir, name_or_path)}: "
                     f"run `python -m bert_squad --download-only --model {name_or_path} --cache-dir {cache_dir}` "
                     f"on a machine with internet, or give a local model directory")

@@ -1,7 +1,6 @@
 """Every bad input ends in one error line naming the culprit, exit code 2, and nothing written."""
 
 import json
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -124,7 +123,6 @@ def test_fuzz_reader_raises_only_user_errors(doc, tmp_path):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_feature_labels_stay_in_their_window(data, tiny_model, tmp_path_factory):
-    from bert_squad.data import Examples
     from bert_squad.features import WindowConfig, _tokenize, prepare_train
     from bert_squad.model import load_tokenizer
 

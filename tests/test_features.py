@@ -14,22 +14,6 @@ def tokenizer(tiny_model):
     return load_tokenizer(tiny_model)
 
 
-def _check_labels(examples, features):
-    """Each labelled window decodes to the answer text; CLS only where the answer is not inside."""
-    records = examples.records
-    offsets_of = {}
-    for feat in features:
-        ex = records[feat["example_index"]]
-        s, e = feat["start_positions"], feat["end_positions"]
-        if s == 0:
-            assert e == 0
-            continue
-        assert 0 < s <= e < len(feat["input_ids"])
-        assert feat["token_type_ids"][s] == 1 if "token_type_ids" in feat else True
-        offsets_of.setdefault(feat["example_index"], []).append((s, e, feat))
-    return offsets_of
-
-
 def _decode_spans(examples, tokenizer, win, features):
     """Character spans of the labelled tokens, recomputed from the tokenizer's offsets."""
     from bert_squad.features import _tokenize
