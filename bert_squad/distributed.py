@@ -83,7 +83,29 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def init(dist, timeout_s=600):
+@contextlib.contextmanager
+def process_group(dist, timeout_s=600):
+    """The process group for the body of a command, yielding this rank's torch device.
+
+    On the way out every rank waits for the others and the group is destroyed while the interpreter
+    is still whole: a gloo rank that simply exits while a peer still works dies in C++
+    (`terminate called without an active exception`, exit 134; pytorch/pytorch#190489).
+    After an error there is no barrier, so a failing rank cannot hang the job on its way out."""
+    device = _init(dist, timeout_s)
+    ok = False
+    try:
+        yield device
+        ok = True
+    finally:
+        if is_initialized():
+            import torch.distributed as td
+
+            if ok:
+                td.barrier()
+            td.destroy_process_group()
+
+
+def _init(dist, timeout_s):
     """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
     import deepspeed
     import torch

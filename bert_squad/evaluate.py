@@ -90,12 +90,12 @@ def main(argv):
     examples = read_squad(args.eval_file)
     tokenizer = model_lib.load_tokenizer(model_dir)
     module = model_lib.load_qa_model(model_dir)
-    device = distributed.init(distributed.detect())
-    module.to(device)
-    win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-    features = build_features(examples, tokenizer, win, cache_dir, train=False)
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    metrics = evaluate(module, examples, features, device, tokenizer, args, output_dir=args.output_dir)
+    with distributed.process_group(distributed.detect()) as device:
+        module.to(device)
+        win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
+        features = build_features(examples, tokenizer, win, cache_dir, train=False)
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        metrics = evaluate(module, examples, features, device, tokenizer, args, output_dir=args.output_dir)
     if metrics is not None:
         print(json.dumps(metrics))
     return 0

@@ -103,13 +103,13 @@ def main(argv):
     transformers.set_seed(args.seed)  # the new span head starts the same in every run and on every rank
     module = model_lib.load_qa_model(model_dir)
     check_output_dir(args.output_dir)  # the last check, and the first thing written
-    device = distributed.init(dist, args.dist_timeout)
-    print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
-          f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
-          flush=True)
     # A bar only where a person watches: MPI launchers hand ranks a pty even in batch jobs.
     show_bar = sys.stdout.isatty() and dist.launcher in ("single", "env")
-    return train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_dir, show_bar)
+    with distributed.process_group(dist, args.dist_timeout) as device:
+        print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
+              f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
+              flush=True)
+        return train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_dir, show_bar)
 
 
 def param_groups(module, weight_decay):
