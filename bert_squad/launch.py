@@ -137,13 +137,21 @@ def render(site_name, args, train_args, command, extra_sbatch=None):
 
 
 def submit(script):
+    """sbatch the script; returns the job id (None if sbatch's reply names none)."""
     if not shutil.which("sbatch"):
         raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
     proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True)
     if proc.returncode != 0:
         raise UserError(f"sbatch failed: {proc.stderr.strip() or proc.stdout.strip()}")
     print(proc.stdout.strip())
-    return 0
+    m = re.search(r"Submitted batch job (\d+)", proc.stdout)
+    return m and m.group(1)
+
+
+def active_tasks(job_id):
+    """Ids of the job's tasks still pending or running; none once Slurm has forgotten the job."""
+    proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True)
+    return proc.stdout.split("\n")[:-1] if proc.returncode == 0 else []
 
 
 def shown_command(prog, own, train_args):
@@ -162,6 +170,7 @@ def main(argv):
     args = build_parser(sites).parse_args(own)
     script = render(args.site, args, train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
-        return submit(script)
+        submit(script)
+        return 0
     sys.stdout.write(script)
     return 0

@@ -3,7 +3,8 @@
 `sweep.json` in the sweep directory is the manifest: array task i trains combination i (through
 `bert-squad sweep run`, inside the job) into `<sweep dir>/<name>/` with `--seed` and `--resume auto`,
 then writes `exit_code` there. Submitting again leaves out the runs that have final metrics, and the
-others resume from their checkpoints. `bert-squad summarize` reads the same manifest.
+others resume from their checkpoints; it is refused while the last submitted array still has tasks in
+the queue. `bert-squad summarize` reads the same manifest.
 """
 
 import argparse
@@ -22,6 +23,7 @@ from bert_squad.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 
 # The sweep sets these per run; the model and data stay common, so every run shares one feature cache
 # (and the job's fail-fast cache check sees them).
+JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 OWN_FLAGS = ("--seed", "--output-dir", "--resume")
 FIXED_KEYS = ("model", "dataset", "train_file", "eval_file", "cache_dir", "download_only", "seed",
               "output_dir", "resume", "local_rank")
@@ -211,9 +213,21 @@ def main(argv):
     if not args.submit:
         sys.stdout.write(script)
         return 0
+    job_file = sweep_dir / JOB_FILE
+    if job_file.exists():
+        job_id = job_file.read_text().strip()
+        busy = launch.active_tasks(job_id)
+        if busy:
+            # A second array on the same run directories would train them twice, concurrently.
+            raise UserError(f"{job_file}: the sweep's job {job_id} still has {len(busy)} task(s) queued or running "
+                            f"({', '.join(busy[:3])}{', ...' if len(busy) > 3 else ''}); submit again when it "
+                            f"has ended, or scancel {job_id} first")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(old, manifest)
-    return launch.submit(script)
+    job_id = launch.submit(script)
+    if job_id:
+        write_text_atomic(job_file, job_id + "\n")
+    return 0
 
 
 def run(argv):

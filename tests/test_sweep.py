@@ -207,6 +207,13 @@ def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, 
     assert proc.returncode == 0, proc.stderr
     array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
     sweep_dir = runs / "seeds"
+    assert (sweep_dir / "job_id").read_text() == f"{array_job}\n"
+    # While the array is in the queue (held there, so it cannot finish meanwhile) a second one is refused.
+    slurm_cluster.run("scontrol", "hold", array_job)
+    twice = bert_squad(*submit)
+    slurm_cluster.run("scontrol", "release", array_job)
+    assert twice.returncode == 2 and "Submitted" not in twice.stdout, twice.stdout + twice.stderr
+    assert f"job {array_job} still has" in twice.stderr and f"scancel {array_job}" in twice.stderr, twice.stderr
     combos = json.loads((sweep_dir / "sweep.json").read_text())["combinations"]
     assert [c["name"] for c in combos] == ["seed=1", "seed=2"]
     ports = set()
