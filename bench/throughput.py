@@ -49,7 +49,8 @@ def run(args, work, fixed):
     if fixed:
         cmd.append("--pad-to-max-length")
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        sys.exit(f"throughput: the {out.name} run failed; its error is above")
     return json.loads((out / "train_metrics.json").read_text())
 
 

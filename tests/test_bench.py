@@ -1,0 +1,49 @@
+"""The benchmarks run end to end (their figures are for people to read; nothing here times anything)."""
+
+import json
+import subprocess
+
+import pytest
+from conftest import PYTHON, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def throughput(*args):
+    return subprocess.run([PYTHON, ROOT / "bench" / "throughput.py", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+
+
+def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_train, tmp_path):
+    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 256, "--steps", 4,
+                   "--cache-dir", tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["samples_per_second"] > 0 and result["fixed_padding_samples_per_second"] > 0
+    assert result["speedup_vs_fixed_padding"] == pytest.approx(
+        result["samples_per_second"] / result["fixed_padding_samples_per_second"])
+    assert (result["device"], result["precision"], result["max_seq_length"]) == ("cpu", "fp32", 256)
+    assert "--pad-to-max-length" in r.stdout and "project batching" in r.stdout and "fixed 256 padding" in r.stdout
+
+
+def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_train, tmp_path):
+    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 128, "--steps", 4,
+                   "--cache-dir", tmp_path)
+    assert r.returncode != 0
+    assert "--doc-stride must leave room" in r.stderr and "throughput: the grouped run failed" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_random_bert_base_has_the_bert_base_shape(tiny_model, tmp_path):
+    import importlib.util
+
+    from transformers import AutoConfig
+
+    spec = importlib.util.spec_from_file_location("throughput", ROOT / "bench" / "throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.random_bert_base(tiny_model, tmp_path / "bert-base-random")
+    cfg = AutoConfig.from_pretrained(out)
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
+            cfg.max_position_embeddings) == (12, 768, 12, 3072, 512)
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
