@@ -150,6 +150,8 @@ def submit(script):
 
 def active_tasks(job_id):
     """Ids of the job's tasks still pending or running; none once Slurm has forgotten the job."""
+    if not shutil.which("squeue"):
+        return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
     proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True)
     return proc.stdout.split("\n")[:-1] if proc.returncode == 0 else []
 
