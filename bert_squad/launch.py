@@ -153,7 +153,7 @@ def active_tasks(job_id):
     if not shutil.which("squeue"):
         return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
     proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True)
-    return proc.stdout.split("\n")[:-1] if proc.returncode == 0 else []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
 def shown_command(prog, own, train_args):

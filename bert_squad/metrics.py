@@ -146,9 +146,8 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
     require_all(has_ans, probs, "no-answer probability")
     exact_raw, f1_raw, exact, f1s = {}, {}, {}, {}
     for qa in _questions(articles):
-        qid, pred, refs = qa["id"], predictions[qa["id"]], _v2_references(_references(qa))
-        exact_raw[qid] = max(_exact(pred, r) for r in refs)
-        f1_raw[qid] = max(_f1(pred, r, True) for r in refs)
+        qid, pred = qa["id"], predictions[qa["id"]]
+        exact_raw[qid], f1_raw[qid] = exact_match(pred, _references(qa)), f1(pred, _references(qa))
         answered_none = probs[qid] > na_prob_thresh
         exact[qid] = float(not has_ans[qid]) if answered_none else exact_raw[qid]
         f1s[qid] = float(not has_ans[qid]) if answered_none else f1_raw[qid]

@@ -34,7 +34,7 @@ def resolve(name_or_path, cache_dir):
         return path
     if (cached / "config.json").is_file():
         return cached
-    raise UserError(f"model '{name_or_path}' is not in the cache {cached_model_dir(cache_dir, name_or_path)}: "
+    raise UserError(f"model '{name_or_path}' is not in the cache {cached}: "
                     f"run `python -m bert_squad --download-only --model {name_or_path} --cache-dir {cache_dir}` "
                     f"on a machine with internet, or give a local model directory")
 

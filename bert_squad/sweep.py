@@ -21,9 +21,9 @@ from bert_squad.errors import UserError
 from bert_squad.files import write_json_atomic, write_text_atomic
 from bert_squad.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 
+JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 # The sweep sets these per run; the model and data stay common, so every run shares one feature cache
 # (and the job's fail-fast cache check sees them).
-JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 OWN_FLAGS = ("--seed", "--output-dir", "--resume")
 FIXED_KEYS = ("model", "dataset", "train_file", "eval_file", "cache_dir", "download_only", "seed",
               "output_dir", "resume", "local_rank")
