@@ -34,7 +34,7 @@ system-deps:
 demo: $(STAMP)
 	$(PY) -m bert_squad --model "$(MINILM)" \
 	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
-	  --deepspeed_config configs/ds_fp32.json --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
+	  --deepspeed_config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
 test: system-deps $(STAMP)
@@ -43,7 +43,7 @@ test: system-deps $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"
 
-# slurm/<site>.sbatch are renders of bert_squad/sites.json + job_template.sh; a test keeps them in step.
+# slurm/<site>.sbatch are renders of bert_squad/cluster/sites.json + job_template.sh; a test keeps them in step.
 slurm-renders: $(STAMP)
 	for site in daint lumi generic; do $(VENV)/bin/bert-squad launch --site $$site --dry-run > slurm/$$site.sbatch; done
 

@@ -11,12 +11,15 @@ import torch
 
 
 class BatchPlan:
-    def __init__(self, lengths, micro_batch, world_size, rank, seed, group_by_length=True, chunk_steps=32):
+    def __init__(self, lengths, micro_batch, world_size, rank, seed, group_by_length=True, chunk_steps=32,
+                 accumulation=1):
         self.lengths = np.asarray(lengths)
         self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
         self.seed, self.group_by_length, self.chunk_steps = seed, group_by_length, chunk_steps
         step_size = micro_batch * world_size
-        self.steps = -(-len(self.lengths) // step_size)  # every rank gets the same number of batches
+        # Every rank gets the same number of micro batches, enough for at least one optimizer step of
+        # `accumulation` of them: a data set smaller than one global batch is repeated to fill it.
+        self.steps = max(-(-len(self.lengths) // step_size), accumulation)
 
     def __len__(self):
         return self.steps
@@ -26,7 +29,7 @@ class BatchPlan:
         rng = np.random.default_rng([self.seed, epoch])
         step_size = self.micro_batch * self.world_size
         order = rng.permutation(len(self.lengths))
-        order = np.concatenate([order, order[: self.steps * step_size - len(order)]])  # wrap to full steps
+        order = np.resize(order, self.steps * step_size)  # wrap around to fill the last step
         steps = order.reshape(self.steps, step_size)
         if self.group_by_length:
             chunk = self.chunk_steps * step_size

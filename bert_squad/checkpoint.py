@@ -9,7 +9,6 @@ import json
 import random
 import re
 import shutil
-import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from bert_squad import distributed
 from bert_squad.errors import UserError
 from bert_squad.files import write_text_atomic
 
-EXIT_STOPPED = 75  # stopped by SIGUSR1/SIGTERM after saving a checkpoint: resume to continue
 MARKER = "complete"
 
 
@@ -38,27 +36,35 @@ def checkpoint_root(output_dir):
 
 
 def _rng_state():
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every generator's state as tensors and numbers only, so it loads with `weights_only=True`
+    (no unpickling of whatever a shared scratch directory holds)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, torch.tensor(mt, dtype=torch.int64), gauss],
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def _set_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt.tolist()), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(engine, output_dir, progress, keep):
+def save(engine, output_dir, progress, keep, dist):
     root = checkpoint_root(output_dir)
     tag = f"step{progress.step:08d}"
     engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
-    torch.save(_rng_state(), root / tag / f"rng_rank{distributed.rank()}.pt")
+    torch.save(_rng_state(), root / tag / f"rng_rank{dist.rank}.pt")
     distributed.barrier()  # every rank's files are on disk before the marker says so
-    if distributed.rank() == 0:
+    if dist.is_main:
         write_text_atomic(root / tag / MARKER, json.dumps(asdict(progress)) + "\n")
         write_text_atomic(root / "latest", tag + "\n")
         for old in complete_tags(root)[:-keep]:
@@ -87,31 +93,13 @@ def find(resume, output_dir):
     return path
 
 
-def load(engine, path):
+def load(engine, path, dist):
     """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state."""
     path = Path(path)
     load_path, client = engine.load_checkpoint(str(path.parent), tag=path.name)
     if load_path is None:
         raise UserError(f"{path}: DeepSpeed could not load this checkpoint")
-    rng_file = path / f"rng_rank{distributed.rank()}.pt"
+    rng_file = path / f"rng_rank{dist.rank}.pt"
     if rng_file.exists():  # absent when resuming on a different world size
-        _set_rng_state(torch.load(rng_file, weights_only=False))
+        _set_rng_state(torch.load(rng_file, weights_only=True))
     return Progress(**client["progress"])
-
-
-class StopRequest:
-    """Set by SIGUSR1 (Slurm's end-of-job warning) or SIGTERM (preemption, scancel)."""
-
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum = None
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        self.signum = signum
-
-    @property
-    def requested(self):
-        return self.signum is not None

@@ -15,9 +15,10 @@ from bert_squad.errors import UserError
 SUBCOMMANDS = {
     "score": "bert_squad.score",
     "evaluate": "bert_squad.evaluate",
-    "launch": "bert_squad.launch",
-    "sweep": "bert_squad.sweep",
-    "summarize": "bert_squad.summarize",
+    "check-cache": "bert_squad.cache",
+    "launch": "bert_squad.cluster.launch",
+    "sweep": "bert_squad.cluster.sweep",
+    "summarize": "bert_squad.cluster.summarize",
 }
 
 

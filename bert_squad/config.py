@@ -1,176 +1,182 @@
-"""Run configuration: the command line, and the DeepSpeed config checked before any work starts.
+"""The run configuration: typed, frozen, built once from the command line.
 
-Batch rule: shipped configs give `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`;
-the global `train_batch_size` is derived as micro x accumulation x world size. A config that also sets
-`train_batch_size` must agree with that product for the current world size, or the run stops with an
-error naming the keys. Scheduler values written "auto" are filled in from the run's length.
+Each dataclass is one option group; a field's `help` is its documentation and its `--flag`. Commands
+add the groups they use to their own parser (`add_options`) and build the dataclass from the parsed
+namespace (`from_args`), so every command spells and checks a shared option the same way. Functions
+take the group they need, never the namespace.
 """
 
 import argparse
-import copy
-import json
-import math
-from pathlib import Path
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Optional
 
-from bert_squad.data import HUB_DATASETS
 from bert_squad.errors import UserError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-KNOWN_KEYS = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-    "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print",
-    "wall_clock_breakdown", "zero_allow_untested_optimizer", "communication_data_type",
-    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "activation_checkpointing",
-    "flops_profiler", "comms_logger", "seq_parallel_communication_data_type", "data_types",
-    "dump_state", "memory_breakdown", "checkpoint", "torch_autocast", "zero_force_ds_cpu_optimizer",
-}
+def option(default, help, flag=None, **kwargs):
+    """A dataclass field that is also a command-line option (`flag` defaults to --field-name)."""
+    return field(default=default, metadata=dict(help=help, flag=flag, **kwargs))
 
 
-def add_window_arguments(parser):
-    """Window and answer-span options: training, `evaluate` and `bert-squad-test` must agree on them."""
-    g = parser.add_argument_group("windows and answers")
-    g.add_argument("--max-seq-length", type=int, default=384)
-    g.add_argument("--doc-stride", type=int, default=128)
-    g.add_argument("--max-query-length", type=int, default=64)
-    g.add_argument("--max-answer-length", type=int, default=30)
-    g.add_argument("--null-score-diff-threshold", type=float, default=0.0, help="SQuAD v2.0: predict no answer above this")
+def _positive(obj, *names):
+    for name in names:
+        if getattr(obj, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, not {getattr(obj, name)}")
 
 
-def build_parser():
-    import deepspeed
+@dataclass(frozen=True)
+class DataConfig:
+    """data and model"""
 
+    model: str = option("bert-base-uncased", "hub name (from the cache) or local model directory")
+    dataset: str = option("squad", "hub dataset in the cache: squad or squad_v2")
+    train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset")
+    eval_file: Optional[str] = option(None, "local SQuAD JSON to evaluate on (default: the dataset's validation split)")
+    cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)")
+    output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go")
+    download_only: bool = option(False, "fetch --model and --dataset into the cache and exit (login node with internet)")
+    strict: bool = option(False, "an answer_start that misses its text is an error, not a skip")
+    no_eval: bool = option(False, "skip the final evaluation")
+
+    def __post_init__(self):
+        from bert_squad.data import HUB_DATASETS
+
+        if self.dataset not in HUB_DATASETS:
+            raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
+                            f"or give --train-file/--eval-file")
+        if self.cache_dir is None:  # resolved once here, so every part of the run sees the same cache
+            from bert_squad.cache import default_cache_dir
+
+            object.__setattr__(self, "cache_dir", default_cache_dir())
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """windows: how a question and a long context become model inputs"""
+
+    max_seq_length: int = option(384, "tokens per window (question + context + special tokens)")
+    doc_stride: Optional[int] = option(None, "tokens shared by consecutive windows of a long context "
+                                             "(default: 128, or less where --max-seq-length leaves less room)")
+    max_query_length: int = option(64, "questions are cut to this many tokens")
+
+    def __post_init__(self):
+        _positive(self, "max_seq_length", "max_query_length")
+        room = self.max_seq_length - self.max_query_length - 3  # [CLS] question [SEP] context [SEP]
+        if room < 2:
+            raise UserError(f"--max-seq-length {self.max_seq_length} leaves no room for context after "
+                            f"--max-query-length {self.max_query_length} and 3 special tokens")
+        if self.doc_stride is None:
+            object.__setattr__(self, "doc_stride", min(128, room // 2))
+        _positive(self, "doc_stride")
+        if self.doc_stride >= room:
+            raise UserError(f"--doc-stride {self.doc_stride} must leave room for context: it has to be smaller "
+                            f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})")
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    """answers: how window logits become one answer per question"""
+
+    max_answer_length: int = option(30, "longest answer span, in tokens")
+    null_score_diff_threshold: float = option(0.0, "SQuAD v2.0: predict no answer when the null score beats "
+                                                   "the best span by more than this")
+
+    def __post_init__(self):
+        _positive(self, "max_answer_length")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """training"""
+
+    deepspeed_config: str = option("ds_fp32", "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, "
+                                              "ds_zero2) or a JSON file", flag="--deepspeed_config")
+    epochs: float = option(2.0, "passes over the training features")
+    max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
+    learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
+    warmup_ratio: float = option(0.1, "fills a scheduler warmup_num_steps of \"auto\"")
+    seed: int = option(42, "one seed for the span head, the data order and dropout")
+    eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
+    log_every: int = option(20, "log a line every N optimizer steps")
+
+    def __post_init__(self):
+        _positive(self, "log_every")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise UserError("nothing to train: give --epochs or --max-steps")
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """fault tolerance"""
+
+    checkpoint_every: int = option(0, "save a checkpoint every N optimizer steps (0: only when stopped)")
+    keep_checkpoints: int = option(2, "complete checkpoints kept; older ones are deleted")
+    resume: Optional[str] = option(None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path")
+    dist_timeout: int = option(600, "seconds a collective may wait for a lost rank")
+
+    def __post_init__(self):
+        _positive(self, "keep_checkpoints", "dist_timeout")
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    """speed"""
+
+    pad_to_max_length: bool = option(False, "pad every batch to --max-seq-length (for comparison)")
+    compile: bool = option(False, "torch.compile the model")
+    peak_tflops: Optional[float] = option(None, "device peak for MFU when not in the built-in table")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one training run is told, grouped as the command line groups it."""
+
+    data: DataConfig
+    windows: WindowConfig
+    answers: AnswerConfig
+    train: TrainConfig
+    faults: FaultConfig
+    speed: SpeedConfig
+    debug: bool = False
+
+
+def add_options(parser, cls):
+    """The fields of `cls` as an option group of `parser`."""
+    group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        flag = meta.pop("flag") or "--" + f.name.replace("_", "-")
+        if f.type is bool:
+            group.add_argument(flag, dest=f.name, action="store_true", **meta)
+        else:  # Optional[int] -> int
+            kind = getattr(f.type, "__args__", (f.type,))[0]
+            group.add_argument(flag, dest=f.name, type=kind, default=f.default, **meta)
+    return group
+
+
+def from_args(cls, args):
+    """`cls` built from the parsed namespace: its `__post_init__` checks run here, once."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+def training_parser():
     p = argparse.ArgumentParser(
         prog="bert-squad",
-        description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. "
-                    "Subcommands: score, evaluate, launch, sweep, summarize (bert-squad CMD --help).")
-    g = p.add_argument_group("data and model")
-    g.add_argument("--model", default="bert-base-uncased", help="hub name (from the cache) or local directory")
-    g.add_argument("--dataset", default="squad", help=f"hub dataset in the cache: {', '.join(HUB_DATASETS)}")
-    g.add_argument("--train-file", help="local SQuAD JSON (v1.1 or v2.0) instead of --dataset")
-    g.add_argument("--eval-file", help="local SQuAD JSON to evaluate on (default: the dataset's validation split)")
-    g.add_argument("--cache-dir", default=None, help="model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)")
-    g.add_argument("--output-dir", default="runs/bert-squad")
-    g.add_argument("--download-only", action="store_true",
-                   help="fetch --model and --dataset into the cache and exit (login node with internet)")
-    g.add_argument("--strict", action="store_true", help="an answer_start that misses its text is an error, not a skip")
-    add_window_arguments(p)
-    g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=float, default=2.0)
-    g.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: epochs decide)")
-    g.add_argument("--learning-rate", type=float, default=None, help="overrides the config's optimizer lr")
-    g.add_argument("--warmup-ratio", type=float, default=0.1, help="fills a scheduler warmup_num_steps of \"auto\"")
-    g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--eval-every", type=int, default=0, help="evaluate every N optimizer steps (0: at the end only)")
-    g.add_argument("--log-every", type=int, default=20, help="log a line every N optimizer steps")
-    g.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
-    g = p.add_argument_group("fault tolerance")
-    g.add_argument("--checkpoint-every", type=int, default=0, help="save a checkpoint every N optimizer steps")
-    g.add_argument("--keep-checkpoints", type=int, default=2)
-    g.add_argument("--resume", default=None, help="'auto' (newest complete checkpoint, or start fresh) or a checkpoint path")
-    g.add_argument("--dist-timeout", type=int, default=600, help="seconds a collective may wait for a lost rank")
-    g = p.add_argument_group("speed")
-    g.add_argument("--pad-to-max-length", action="store_true", help="pad every batch to --max-seq-length (for comparison)")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU when not in the built-in table")
+        description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
+                    "score, evaluate, launch, sweep, summarize, check-cache (bert-squad CMD --help).")
+    for cls in (DataConfig, WindowConfig, AnswerConfig, TrainConfig, FaultConfig, SpeedConfig):
+        add_options(p, cls)
     p.add_argument("--debug", action="store_true", help="tracebacks and DeepSpeed's info logging")
-    p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # set by the deepspeed launcher
-    deepspeed.add_config_arguments(p)
+    p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's
     return p
 
 
-def parse_args(argv):
-    args = build_parser().parse_args(argv)
-    for name in ("max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "log_every",
-                 "keep_checkpoints", "dist_timeout"):
-        if getattr(args, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive")
-    if args.doc_stride >= args.max_seq_length - args.max_query_length - 3:
-        raise UserError("--doc-stride must leave room for context: it has to be smaller than "
-                        "--max-seq-length minus --max-query-length minus 3 special tokens")
-    if args.dataset not in HUB_DATASETS:
-        raise UserError(f"unknown dataset '{args.dataset}': choose one of {', '.join(HUB_DATASETS)} "
-                        f"or give --train-file/--eval-file")
-    if args.epochs <= 0 and args.max_steps <= 0:
-        raise UserError("nothing to train: give --epochs or --max-steps")
-    if args.deepspeed_config is None:
-        args.deepspeed_config = str(CONFIG_DIR / "ds_fp32.json")
-    return args
-
-
-def load_ds_config(path):
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such DeepSpeed config") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: a DeepSpeed config is a JSON object")
-    unknown = sorted(set(cfg) - KNOWN_KEYS)
-    if unknown:
-        raise UserError(f"{path}: unknown key '{unknown[0]}' (typo? see the DeepSpeed config documentation)")
-    return cfg
-
-
-def _positive_int(cfg, key, path, default=None):
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{path}: '{key}' must be a positive integer, not {value!r}")
-    return value
-
-
-def resolve_ds_config(cfg, path, *, world_size, has_gpu, learning_rate=None):
-    """Check the batch arithmetic and the precision against this machine; return a config to run."""
-    cfg = copy.deepcopy(cfg)
-    gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
-    if "train_micro_batch_size_per_gpu" in cfg:
-        micro = _positive_int(cfg, "train_micro_batch_size_per_gpu", path)
-        if "train_batch_size" in cfg and _positive_int(cfg, "train_batch_size", path) != micro * gas * world_size:
-            raise UserError(
-                f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {micro} "
-                f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
-                f"to derive it")
-    else:
-        total = _positive_int(cfg, "train_batch_size", path)
-        if total % (gas * world_size):
-            raise UserError(f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
-                            f"{gas} x world size {world_size}")
-        micro = total // (gas * world_size)
-    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas,
-               train_batch_size=micro * gas * world_size)
-    if cfg.get("fp16", {}).get("enabled") and not has_gpu:
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use "
-                        f"configs/ds_fp32.json or configs/ds_bf16.json")
-    if cfg.get("fp16", {}).get("enabled") and cfg.get("bf16", {}).get("enabled"):
-        raise UserError(f"{path}: fp16.enabled and bf16.enabled are both true; choose one")
-    stage = cfg.get("zero_optimization", {}).get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        raise UserError(f"{path}: zero_optimization.stage must be 0..3, not {stage!r}")
-    opt = cfg.get("optimizer", {}).get("params", {})
-    if learning_rate is not None:
-        opt["lr"] = learning_rate
-    if "lr" in opt and not (isinstance(opt["lr"], (int, float)) and 0 < opt["lr"] < 1):
-        raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {opt['lr']!r}")
-    return cfg
-
-
-def fill_schedule(cfg, total_steps, warmup_ratio):
-    """Replace "auto" scheduler values with numbers that follow from the run's length and lr."""
-    params = cfg.get("scheduler", {}).get("params", {})
-    lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    fills = {"total_num_steps": total_steps, "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
-             "warmup_max_lr": lr}
-    for key, value in fills.items():
-        if params.get(key) == "auto":
-            params[key] = value
-    return cfg
-
-
-def precision(cfg):
-    if cfg.get("fp16", {}).get("enabled"):
-        return "fp16"
-    if cfg.get("bf16", {}).get("enabled"):
-        return "bf16"
-    return "fp32"
+def parse_run_config(argv, parser=None):
+    """The training command line as a RunConfig; bad values are one-line UserErrors."""
+    args = (parser or training_parser()).parse_args(argv)
+    return RunConfig(data=from_args(DataConfig, args), windows=from_args(WindowConfig, args),
+                     answers=from_args(AnswerConfig, args), train=from_args(TrainConfig, args),
+                     faults=from_args(FaultConfig, args), speed=from_args(SpeedConfig, args),
+                     debug=args.debug or os.environ.get("BERT_SQUAD_DEBUG") == "1")

@@ -5,13 +5,14 @@ answer_start}) plus `is_impossible`, so local files and hub datasets take the sa
 kept byte for byte: no whitespace normalisation, so every `answer_start` stays valid.
 """
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bert_squad import cache
 from bert_squad.errors import UserError
+from bert_squad.files import read_json
 
 HUB_DATASETS = {"squad": False, "squad_v2": True}  # name -> has unanswerable questions
 
@@ -38,19 +39,15 @@ def _require(obj, key, kind, where):
     return value
 
 
-def load_json(path):
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a SQuAD JSON file") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+def is_squad_v2(doc):
+    """SQuAD v2.0 data: its `version` says so, or a question carries `is_impossible` (1.1 never does).
+
+    The one test of a file's version: training's scoring and `bert-squad score` both ask it."""
+    if str(doc.get("version", "")).startswith("v2"):
+        return True
+    return any("is_impossible" in qa for article in doc.get("data", []) if isinstance(article, dict)
+               for para in article.get("paragraphs", []) if isinstance(para, dict)
+               for qa in para.get("qas", []) if isinstance(qa, dict))
 
 
 def read_squad(path, strict=False):
@@ -60,9 +57,9 @@ def read_squad(path, strict=False):
     labels would be wrong), or with `strict` raises.
     """
     path = Path(path)
-    doc = load_json(path)
+    doc = read_json(path, what="a SQuAD JSON file")
     articles = _require(doc, "data", list, str(path))
-    records, skipped, version_2 = [], [], False
+    records, skipped = [], []
     for a, article in enumerate(articles):
         title = article.get("title", "") if isinstance(article, dict) else ""
         where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
@@ -75,7 +72,6 @@ def read_squad(path, strict=False):
                 qwhere = f"{path}: question {qid}"
                 question = _require(qa, "question", str, qwhere)
                 impossible = bool(qa.get("is_impossible", False))
-                version_2 |= "is_impossible" in qa
                 answers = _require(qa, "answers", list, qwhere)
                 if not answers and not impossible:
                     raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
@@ -102,7 +98,7 @@ def read_squad(path, strict=False):
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"{path}: question id {dup} appears more than once")
-    return Examples(records, str(path), version_2, skipped)
+    return Examples(records, str(path), is_squad_v2(doc), skipped)
 
 
 def to_articles(records, version_2):
@@ -123,20 +119,9 @@ def to_articles(records, version_2):
     return list(articles.values())
 
 
-def hub_dataset_dir(cache_dir, name):
-    return Path(cache_dir) / "datasets" / name
-
-
 def load_hub_split(name, split, cache_dir):
     """A split of a hub dataset saved by --download-only; never touches the network."""
-    if name not in HUB_DATASETS:
-        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(HUB_DATASETS)} "
-                        f"or give --train-file/--eval-file")
-    path = hub_dataset_dir(cache_dir, name)
-    if not (path / "dataset_dict.json").exists():
-        raise UserError(f"dataset '{name}' is not in the cache {path}: run "
-                        f"`python -m bert_squad --download-only --dataset {name} --cache-dir {cache_dir}` "
-                        f"on a machine with internet, or give --train-file/--eval-file")
+    path = cache.find_dataset(name, cache_dir)
     import datasets
 
     ds = datasets.load_from_disk(str(path))[split]
@@ -145,11 +130,9 @@ def load_hub_split(name, split, cache_dir):
 
 
 def download_dataset(name, cache_dir):
-    if name not in HUB_DATASETS:
-        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(HUB_DATASETS)}")
     import datasets
 
-    target = hub_dataset_dir(cache_dir, name)
+    target = cache.dataset_dir(cache_dir, name)
     ds = datasets.load_dataset(name, cache_dir=str(Path(cache_dir) / "hf-datasets"))
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     ds.save_to_disk(str(tmp))

@@ -18,12 +18,18 @@ DEFAULT_PORT = 29500
 
 @dataclass(frozen=True)
 class DistEnv:
+    """This process's place in the job, detected once and passed down."""
+
     rank: int
     world_size: int
     local_rank: int
     master_addr: str
     master_port: int
-    launcher: str
+    launcher: str  # which variables told us: env, mpirun, pmi, srun or single
+
+    @property
+    def is_main(self):
+        return self.rank == 0
 
 
 def _first_host(nodelist):
@@ -33,7 +39,9 @@ def _first_host(nodelist):
 
 
 def job_port(job_id):
-    """A port derived from the Slurm job id, so two jobs sharing a node do not collide."""
+    """The rendezvous port of a Slurm job, derived from its id so two jobs sharing a node do not collide.
+
+    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port."""
     return 20000 + int(job_id) % 20000
 
 
@@ -136,18 +144,6 @@ def is_initialized():
     return td.is_available() and td.is_initialized()
 
 
-def rank():
-    import torch.distributed as td
-
-    return td.get_rank() if is_initialized() else 0
-
-
-def world_size():
-    import torch.distributed as td
-
-    return td.get_world_size() if is_initialized() else 1
-
-
 def barrier():
     if is_initialized():
         import torch.distributed as td
@@ -156,22 +152,23 @@ def barrier():
 
 
 @contextlib.contextmanager
-def rank_zero_first():
+def rank_zero_first(dist=None):
     """Rank 0 does the work (and writes caches) while the others wait, then they reuse its result."""
-    if rank() != 0:
+    rank = dist.rank if dist else 0
+    if rank != 0:
         barrier()
     yield
-    if rank() == 0:
+    if rank == 0:
         barrier()
 
 
-def gather_to_rank0(obj):
+def gather_to_rank0(obj, dist):
     """Python objects of every rank, in rank order, on rank 0 (None elsewhere)."""
     if not is_initialized():
         return [obj]
     import torch.distributed as td
 
-    out = [None] * world_size() if rank() == 0 else None
+    out = [None] * dist.world_size if dist.rank == 0 else None
     td.gather_object(obj, out, dst=0)
     return out
 

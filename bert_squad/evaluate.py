@@ -11,16 +11,17 @@ from pathlib import Path
 
 import torch
 
-from bert_squad import distributed
+from bert_squad import distributed, outputs
 from bert_squad.batching import Collator
-from bert_squad.data import read_squad, to_articles
+from bert_squad.data import to_articles
 from bert_squad.files import write_json_atomic
 
 EVAL_BATCH = 64
 
 
-def predict_logits(module, features, device, pad_id, batch_size=EVAL_BATCH):
+def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_BATCH):
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
+    rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = [len(ids) for ids in features["input_ids"]]
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -30,7 +31,7 @@ def predict_logits(module, features, device, pad_id, batch_size=EVAL_BATCH):
     module.eval()
     mine = {}
     with torch.no_grad():
-        for b in batches[distributed.rank()::distributed.world_size()]:
+        for b in batches[rank::world]:
             cols = inputs[b]
             rows = [dict(zip(cols, values)) for values in zip(*cols.values())]
             batch = {k: v.to(device, non_blocking=True) for k, v in collate(rows).items()}
@@ -39,63 +40,77 @@ def predict_logits(module, features, device, pad_id, batch_size=EVAL_BATCH):
             for j, i in enumerate(b):
                 mine[i] = (start[j, :lengths[i]], end[j, :lengths[i]])
     module.train(was_training)
-    parts = distributed.gather_to_rank0(mine)
+    parts = distributed.gather_to_rank0(mine, dist) if dist else [mine]
     if parts is None:
         return None
     merged = {i: v for part in parts for i, v in part.items()}
     return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
 
 
-def evaluate(module, examples, features, device, tokenizer, args, output_dir=None):
-    """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
-    from bert_squad.metrics import score
+def predict(module, examples, features, device, pad_id, answers, dist=None):
+    """`(predictions, nbest, null_odds)` for `examples` on rank 0 (None elsewhere); `answers` is an
+    AnswerConfig. The one path from a model to answers: evaluation and bert-squad-test share it."""
     from bert_squad.postprocess import postprocess_predictions
 
-    logits = predict_logits(module, features, device, tokenizer.pad_token_id)
+    logits = predict_logits(module, features, device, pad_id, dist)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
-    predictions, nbest, null_odds = postprocess_predictions(
+    return postprocess_predictions(
         examples.records, meta, *logits, version_2_with_negative=examples.version_2,
-        max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold)
+        max_answer_length=answers.max_answer_length, null_score_diff_threshold=answers.null_score_diff_threshold)
+
+
+def evaluate(module, examples, features, device, pad_id, answers, dist, output_dir=None):
+    """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
+    from bert_squad.metrics import score
+
+    result = predict(module, examples, features, device, pad_id, answers, dist)
+    if result is None:
+        return None
+    predictions, nbest, null_odds = result
     metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds)
     if output_dir is not None:
         out = Path(output_dir)
-        write_json_atomic(out / "predictions.json", predictions)
-        write_json_atomic(out / "nbest_predictions.json", nbest)
+        write_json_atomic(out / outputs.PREDICTIONS, predictions)
+        write_json_atomic(out / outputs.NBEST, nbest)
         if null_odds is not None:
-            write_json_atomic(out / "null_odds.json", null_odds)
-        write_json_atomic(out / "eval_metrics.json", dict(metrics, eval_file=examples.source,
-                                                          questions=len(examples)))
+            write_json_atomic(out / outputs.NULL_ODDS, null_odds)
+        write_json_atomic(out / outputs.EVAL_METRICS, dict(metrics, eval_file=examples.source,
+                                                           questions=len(examples)))
     return metrics
 
 
 def main(argv):
     """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
-    from bert_squad import model as model_lib
-    from bert_squad.config import add_window_arguments
-    from bert_squad.features import WindowConfig, build_features
+    from bert_squad import cache, model
+    from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
+    from bert_squad.data import read_squad
+    from bert_squad.features import build_features
 
     p = argparse.ArgumentParser(prog="bert-squad evaluate", description=main.__doc__)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--eval-file", required=True)
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cache-dir", default=None)
-    add_window_arguments(p)
+    add_options(p, WindowConfig)
+    add_options(p, AnswerConfig)
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
-    model_lib.go_offline()
-    cache_dir = args.cache_dir or model_lib.default_cache_dir()
-    model_dir = model_lib.resolve(args.model_dir, cache_dir)
+    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
+    model.go_offline()
+    cache_dir = args.cache_dir or cache.default_cache_dir()
+    model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
-    tokenizer = model_lib.load_tokenizer(model_dir)
-    module = model_lib.load_qa_model(model_dir)
-    with distributed.process_group(distributed.detect()) as device:
+    tokenizer = model.load_tokenizer(model_dir)
+    module = model.load_qa_model(model_dir)
+    dist = distributed.detect()
+    with distributed.process_group(dist) as device:
         module.to(device)
-        win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-        features = build_features(examples, tokenizer, win, cache_dir, train=False)
+        features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist)
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        metrics = evaluate(module, examples, features, device, tokenizer, args, output_dir=args.output_dir)
+        metrics = evaluate(module, examples, features, device, tokenizer.pad_token_id, answers, dist,
+                           output_dir=args.output_dir)
     if metrics is not None:
         print(json.dumps(metrics))
     return 0

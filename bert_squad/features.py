@@ -7,21 +7,13 @@ inside that window or the question is unanswerable. Eval features keep offsets f
 only, so post-processing can map spans back to the original characters.
 """
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
-from pathlib import Path
 
-from bert_squad import distributed
+from bert_squad import cache, distributed
 
 FEATURES_FORMAT = 1  # bump when the feature layout changes, so old caches are not reused
-
-
-@dataclass(frozen=True)
-class WindowConfig:
-    max_seq_length: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
 
 
 def _truncate_questions(tokenizer, questions, max_query_length):
@@ -79,7 +71,7 @@ def prepare_eval(batch, tokenizer, win):
 
 def _cache_key(examples, tokenizer, win, train):
     h = hashlib.sha256()
-    h.update(json.dumps([FEATURES_FORMAT, train, win.__dict__]).encode())
+    h.update(json.dumps([FEATURES_FORMAT, train, dataclasses.asdict(win)]).encode())
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     spec.pop("truncation", None), spec.pop("padding", None)  # call-time state, not the vocabulary
     h.update(json.dumps(spec, sort_keys=True).encode())
@@ -88,10 +80,11 @@ def _cache_key(examples, tokenizer, win, train):
     return h.hexdigest()[:20]
 
 
-def build_features(examples, tokenizer, win, cache_dir, train):
+def build_features(examples, tokenizer, win, cache_dir, train, dist=None):
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
-    Without `cache_dir` (a handful of questions) the features stay in memory.
+    `win` is a `config.WindowConfig`. Without `cache_dir` (a handful of questions) the features stay
+    in memory; `dist` (this rank's `DistEnv`) is needed with a cache shared by several ranks.
     """
     import datasets
 
@@ -103,9 +96,9 @@ def build_features(examples, tokenizer, win, cache_dir, train):
     if cache_dir is None:
         return ds.map(fn, keep_in_memory=True, **kwargs)
     kind = "train" if train else "eval"
-    cache_file = Path(cache_dir) / "features" / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
+    cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    with distributed.rank_zero_first():
+    with distributed.rank_zero_first(dist):
         return ds.map(fn, cache_file_name=str(cache_file), load_from_cache_file=True, **kwargs)
 
 

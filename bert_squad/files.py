@@ -1,8 +1,29 @@
-"""Atomic writes: a reader (or a crash) sees the old file or the new one, never half of one."""
+"""Files in and out: a JSON file read with one clear error line; atomic writes, so a reader (or a
+crash) sees the old file or the new one, never half of one."""
 
 import json
 import os
 from pathlib import Path
+
+from bert_squad.errors import UserError
+
+
+def read_json(path, what="a JSON file"):
+    """The parsed file, or a UserError that names the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not {what}") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
 
 
 def write_text_atomic(path, text):

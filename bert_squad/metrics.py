@@ -73,11 +73,6 @@ def _references(qa):
     return [a["text"] for a in qa["answers"]]
 
 
-def is_v2(articles):
-    """SQuAD 2.0 data marks every question with `is_impossible`; 1.1 data never does."""
-    return any("is_impossible" in qa for qa in _questions(articles))
-
-
 def question_ids(articles):
     return [qa["id"] for qa in _questions(articles)]
 
@@ -164,8 +159,10 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
 
 
 def score(articles, predictions, na_probs=None):
-    """Score with the official script for the data's version (v2.0 when `is_impossible` appears)."""
-    if is_v2(articles):
+    """Score with the official script for the data's version (`data.is_squad_v2`)."""
+    from bert_squad.data import is_squad_v2
+
+    if is_squad_v2({"data": articles}):
         return score_v2(articles, predictions, na_probs)
     if na_probs is not None:
         raise ValueError("no-answer probabilities apply to SQuAD v2.0 data only")

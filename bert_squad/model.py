@@ -6,37 +6,16 @@ import os
 import shutil
 from pathlib import Path
 
+from bert_squad import cache
 from bert_squad.errors import UserError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-def default_cache_dir():
-    return os.environ.get("BERT_SQUAD_CACHE", "./cache")
 
 
 def go_offline():
     """Everything comes from local files now: stop the HF libraries from trying the network."""
     for var in OFFLINE_VARS:
         os.environ[var] = "1"
-
-
-def cached_model_dir(cache_dir, name):
-    return Path(cache_dir) / "models" / name.replace("/", "--")
-
-
-def resolve(name_or_path, cache_dir):
-    """A directory holding config.json: the path itself, or the cached copy of a hub name."""
-    path, cached = Path(name_or_path), cached_model_dir(cache_dir, name_or_path)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UserError(f"{path}: not a model directory (no config.json)")
-        return path
-    if (cached / "config.json").is_file():
-        return cached
-    raise UserError(f"model '{name_or_path}' is not in the cache {cached}: "
-                    f"run `python -m bert_squad --download-only --model {name_or_path} --cache-dir {cache_dir}` "
-                    f"on a machine with internet, or give a local model directory")
 
 
 def load_tokenizer(model_dir):
@@ -93,7 +72,7 @@ def download(name, cache_dir):
     """Fetch model and tokenizer from the hub into the cache (login node)."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    target = cached_model_dir(cache_dir, name)
+    target = cache.model_dir(cache_dir, name)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     hub_cache = str(Path(cache_dir) / "hub")
     AutoTokenizer.from_pretrained(name, cache_dir=hub_cache).save_pretrained(str(tmp))

@@ -53,28 +53,49 @@ def flops_per_sample(shape, seq_len):
 
 
 class Meter:
-    """Accumulates work between log lines and turns it into rates."""
+    """Work and loss since the last log line, and since the start of the run.
+
+    The loss is summed on the device and read only when a line is logged: no host sync per step.
+    """
+
+    KEYS = ("samples", "tokens", "flops", "loss", "micro_batches")
 
     def __init__(self, shape, world_size, peak):
         self.shape, self.world_size, self.peak = shape, world_size, peak
-        self.reset()
+        self.started = self.t0 = time.perf_counter()
+        self.window = dict.fromkeys(self.KEYS, 0)
+        self.total = dict.fromkeys(self.KEYS, 0)
 
-    def reset(self):
-        self.t0, self.samples, self.tokens, self.flops = time.perf_counter(), 0, 0, 0.0
-
-    def add(self, batch):
+    def add(self, batch, loss=None):
+        """Count a micro batch (its host copy, before it moves to the device) and its loss."""
         n, s = batch["input_ids"].shape
-        self.samples += n
-        self.tokens += int(batch["attention_mask"].sum())
-        self.flops += n * flops_per_sample(self.shape, s)
+        counts = {"samples": n, "tokens": int(batch["attention_mask"].sum()),
+                  "flops": n * flops_per_sample(self.shape, s), "micro_batches": 1,
+                  "loss": 0 if loss is None else loss.detach().float()}
+        for counter in (self.window, self.total):
+            for key, value in counts.items():
+                counter[key] = counter[key] + value
 
-    def rates(self, reduce=lambda xs: xs):
-        """Rates over all ranks since the last reset (`reduce` sums the counters across ranks)."""
-        samples, tokens, flops = reduce([self.samples, self.tokens, self.flops])
-        dt = max(time.perf_counter() - self.t0, 1e-9)
+    def _rates(self, counts, seconds, reduce):
+        loss = counts["loss"]
+        values = [counts["samples"], counts["tokens"], counts["flops"], float(loss), counts["micro_batches"]]
+        samples, tokens, flops, loss_sum, batches = reduce(values)
+        dt = max(seconds, 1e-9)
         tflops = flops / dt / 1e12 / self.world_size
         return {"samples_per_second": samples / dt, "tokens_per_second": tokens / dt,
-                "tflops_per_device": tflops, "mfu": tflops / self.peak if self.peak else None}
+                "tflops_per_device": tflops, "mfu": tflops / self.peak if self.peak else None,
+                "loss": loss_sum / batches if batches else None}
+
+    def log_rates(self, reduce=lambda xs: xs):
+        """Rates and mean loss over all ranks (`reduce` sums across ranks) since the last call."""
+        now = time.perf_counter()
+        rates = self._rates(self.window, now - self.t0, reduce)
+        self.t0, self.window = now, dict.fromkeys(self.KEYS, 0)
+        return rates
+
+    def run_rates(self, reduce=lambda xs: xs):
+        """The same since the start of the run."""
+        return self._rates(self.total, time.perf_counter() - self.started, reduce)
 
 
 def peak_memory_gib(device):

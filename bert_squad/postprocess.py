@@ -7,12 +7,23 @@ over the windows) and wins when it beats the best span by more than `null_score_
 """
 
 import collections
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 
+class Candidate(NamedTuple):
+    """One possible answer: a span of the context, or the null answer (no characters)."""
+
+    score: float  # start_logit + end_logit
+    start_char: Optional[int]  # None for the null answer
+    end_char: Optional[int]
+    start_logit: float
+    end_logit: float
+
+
 def _window_spans(offsets, start, end, n_best_size, max_answer_length):
-    """(score, start_char, end_char, start_logit, end_logit) of the allowed spans of one window.
+    """The allowed span candidates of one window.
 
     Only context tokens (offset not None) may bound a span, so a span never covers the question,
     CLS or padding; a span whose characters are empty is no answer.
@@ -21,6 +32,7 @@ def _window_spans(offsets, start, end, n_best_size, max_answer_length):
     if not len(start) == len(end) == len(offsets):
         raise ValueError(f"logits of length {len(start)}/{len(end)} for a window of {len(offsets)} tokens")
     in_context = np.array([o is not None for o in offsets], dtype=bool)
+    # Pair the n best start tokens with the n best end tokens, then keep the well-formed pairs.
     top_starts = np.argsort(start, kind="stable")[::-1][:n_best_size]
     top_ends = np.argsort(end, kind="stable")[::-1][:n_best_size]
     s, e = np.meshgrid(top_starts, top_ends, indexing="ij")
@@ -29,8 +41,15 @@ def _window_spans(offsets, start, end, n_best_size, max_answer_length):
     for i, j in zip(s[ok].tolist(), e[ok].tolist()):
         first, last = int(offsets[i][0]), int(offsets[j][1])
         if first < last:
-            spans.append((float(start[i] + end[j]), first, last, float(start[i]), float(end[j])))
+            spans.append(Candidate(float(start[i] + end[j]), first, last, float(start[i]), float(end[j])))
     return spans
+
+
+def _null_candidate(start_logits, end_logits, windows):
+    """The null answer scores CLS's logits; of several windows the least confident one counts."""
+    return min((Candidate(float(start_logits[i][0] + end_logits[i][0]), None, None,
+                          float(start_logits[i][0]), float(end_logits[i][0])) for i in windows),
+               key=lambda c: c.score)
 
 
 def _nbest_entries(candidates, context):
@@ -41,13 +60,13 @@ def _nbest_entries(candidates, context):
     """
     if not candidates:
         return []
-    scores = np.array([c[0] for c in candidates])
+    scores = np.array([c.score for c in candidates])
     probs = np.exp(scores - scores.max())
     probs /= probs.sum()
-    return [{"text": "" if first is None else context[first:last],
-             "offsets": None if first is None else [first, last],
-             "start_logit": s, "end_logit": e, "probability": float(p)}
-            for (_, first, last, s, e), p in zip(candidates, probs)]
+    return [{"text": "" if c.start_char is None else context[c.start_char:c.end_char],
+             "offsets": None if c.start_char is None else [c.start_char, c.end_char],
+             "start_logit": c.start_logit, "end_logit": c.end_logit, "probability": float(p)}
+            for c, p in zip(candidates, probs)]
 
 
 def postprocess_predictions(examples, features, start_logits, end_logits, *,
@@ -60,6 +79,7 @@ def postprocess_predictions(examples, features, start_logits, end_logits, *,
     `null_odds[id]` is null score minus best span score (the official v2.0 script's na_probs input).
     With no allowed span the prediction is "" (v2.0: null odds taken against a span score of 0).
     """
+    # A long context was cut into several windows (features): collect each question's windows.
     windows = collections.defaultdict(list)
     for i, feature in enumerate(features):
         windows[feature["example_id"]].append(i)
@@ -69,21 +89,22 @@ def postprocess_predictions(examples, features, start_logits, end_logits, *,
         qid, context = example["id"], example["context"]
         if not windows[qid]:
             raise ValueError(f"example {qid} has no features")
+        # The best spans over all windows of this question; offsets are characters of the one context.
         spans = sorted((span for i in windows[qid]
                         for span in _window_spans(features[i]["offset_mapping"], start_logits[i],
                                                   end_logits[i], n_best_size, max_answer_length)),
-                       key=lambda span: span[0], reverse=True)[:n_best_size]
-        best_text = context[spans[0][1]:spans[0][2]] if spans else ""
+                       key=lambda span: span.score, reverse=True)[:n_best_size]
+        best_text = context[spans[0].start_char:spans[0].end_char] if spans else ""
         if not version_2_with_negative:
             predictions[qid] = best_text
             nbest[qid] = _nbest_entries(spans, context)
             continue
-        null = min(((float(start_logits[i][0] + end_logits[i][0]), None, None,
-                     float(start_logits[i][0]), float(end_logits[i][0])) for i in windows[qid]),
-                   key=lambda c: c[0])
-        null_odds[qid] = null[0] - (spans[0][0] if spans else 0.0)
+        # SQuAD 2.0: answer "" when the null answer beats the best span by more than the threshold.
+        null = _null_candidate(start_logits, end_logits, windows[qid])
+        null_odds[qid] = null.score - (spans[0].score if spans else 0.0)
         predictions[qid] = "" if null_odds[qid] > null_score_diff_threshold else best_text
-        candidates = sorted(spans + [null], key=lambda c: c[0], reverse=True)[:n_best_size]
+        # The null answer always appears in the n-best list, even when it ranks below n_best_size.
+        candidates = sorted(spans + [null], key=lambda c: c.score, reverse=True)[:n_best_size]
         if null not in candidates:
             candidates.append(null)
         nbest[qid] = _nbest_entries(candidates, context)

@@ -12,18 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bert_squad import metrics
+from bert_squad.data import is_squad_v2
 from bert_squad.errors import UserError
-from bert_squad.files import write_json_atomic
-
-
-def _load_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as err:
-        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not valid JSON: {err}") from None
+from bert_squad.files import read_json, write_json_atomic
 
 
 def _check_dataset(path, doc):
@@ -89,17 +80,17 @@ def main(argv):
     p.add_argument("--debug", action="store_true", help="traceback on errors")
     args = p.parse_args(argv)
 
-    doc = _load_json(args.eval_file)
+    doc = read_json(args.eval_file)
     _check_dataset(args.eval_file, doc)
     articles = doc["data"]
-    predictions = _load_json(args.predictions)
+    predictions = read_json(args.predictions)
     _check_mapping(args.predictions, predictions, lambda v: isinstance(v, str), "an answer string")
     na_probs = None
     if args.na_probs:
-        na_probs = _load_json(args.na_probs)
+        na_probs = read_json(args.na_probs)
         _check_mapping(args.na_probs, na_probs, _is_number, "a number")
 
-    v2 = metrics.is_v2(articles) or str(doc.get("version", "")).startswith("v2")
+    v2 = is_squad_v2(doc)
     if not v2 and (na_probs is not None or args.na_prob_thresh is not None):
         raise UserError(f"{args.eval_file}: --na-probs and --na-prob-thresh apply to SQuAD v2.0 data only")
     qids = metrics.question_ids(articles)

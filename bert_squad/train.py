@@ -1,43 +1,322 @@
-"""The training job: data -> features -> DeepSpeed engine -> loop -> evaluation -> export.
+"""The training job: check every input -> build (features, batch plan, engine, resume) -> loop -> finish.
 
-Read top to bottom: `main` checks everything that can be wrong with the input before it starts the
-process group or writes a file, then `train` runs the loop.
+`main` finds everything that can be wrong with the input before it starts the process group or
+writes a file. `train` then builds the run, `loop` trains it (reading like nanoGPT's: one block per
+concern, each under one condition) and `finish` evaluates, exports and writes the final metrics.
 """
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
-from bert_squad import checkpoint, config, distributed, perf
+from bert_squad import cache, checkpoint, config, distributed, dsconfig, outputs, perf
 from bert_squad import data as data_lib
 from bert_squad import model as model_lib
 from bert_squad.errors import UserError
 from bert_squad.files import write_json_atomic
+from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
 
-def log(msg):
-    if distributed.rank() == 0:
+@dataclass
+class Inputs:
+    """What `main` checked and loaded before anything was started or written."""
+
+    dist: distributed.DistEnv
+    ds_config: dict
+    train_examples: data_lib.Examples
+    dev_examples: Optional[data_lib.Examples]
+    tokenizer: Any
+    module: Any  # the transformers QA model, before DeepSpeed wraps it
+    resume_from: Optional[Path]
+
+
+@dataclass
+class Run:
+    """A built run: what the loop and `finish` work on."""
+
+    engine: Any
+    plan: Any  # batching.BatchPlan
+    rows: Any  # the train features' model columns
+    collate: Any
+    dev_features: Any
+    progress: checkpoint.Progress
+    steps_per_epoch: int
+    total_steps: int
+    meter: perf.Meter
+    feature_report: dict
+    device_name: str
+    started: float  # perf_counter() when the build began: the run's wall time counts from here
+    evals: list = dataclasses.field(default_factory=list)
+    last_rates: dict = dataclasses.field(default_factory=dict)
+
+
+def main(argv):
+    cfg = config.parse_run_config(argv)
+    quiet_libraries(cfg.debug)
+    if cfg.data.download_only:
+        return download_only(cfg.data)
+    inputs = check_inputs(cfg)
+    dist = inputs.dist
+    with distributed.process_group(dist, cfg.faults.dist_timeout) as device:
+        print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
+              f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
+              flush=True)
+        return train(cfg, inputs, device)
+
+
+def check_inputs(cfg):
+    """Everything that can be wrong with the input, found before any process group or file exists."""
+    from deepspeed.accelerator import get_accelerator
+
+    model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
+    model_lib.go_offline()
+    dist = distributed.detect()
+    ds_path = dsconfig.locate(cfg.train.deepspeed_config)
+    ds_config = dsconfig.resolve(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
+                                 has_gpu=get_accelerator().device_name() != "cpu",
+                                 learning_rate=cfg.train.learning_rate)
+    resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    train_ex, dev_ex = load_examples(cfg.data)
+    tokenizer = model_lib.load_tokenizer(model_dir)
+    import transformers
+
+    transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
+    module = model_lib.load_qa_model(model_dir)
+    check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
+    return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
+
+
+def train(cfg, inputs, device):
+    """Build the run, train it, and finish it unless a stop was requested."""
+    run = build(cfg, inputs, device)
+    show_bar = sys.stdout.isatty() and inputs.dist.launcher in ("single", "env")  # MPI ranks get a pty too
+    if loop(run, cfg, inputs, device, show_bar) == EXIT_STOPPED:
+        return EXIT_STOPPED
+    finish(run, cfg, inputs, device)
+    return 0
+
+
+def build(cfg, inputs, device):
+    """Features, batch plan, schedule, DeepSpeed engine, and the resumed position."""
+    import deepspeed
+    import torch
+
+    from bert_squad.batching import BatchPlan, Collator
+    from bert_squad.features import build_features, feature_report
+
+    dist, ds_config, windows = inputs.dist, inputs.ds_config, cfg.windows
+    torch.manual_seed(cfg.train.seed + dist.rank)
+    t0 = time.perf_counter()
+    features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, True, dist)
+    dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, False, dist)
+                    if inputs.dev_examples else None)
+    report = feature_report(inputs.train_examples, features)
+    log(dist, describe_features(inputs.train_examples.source, report, windows, time.perf_counter() - t0))
+
+    micro, gas = ds_config["train_micro_batch_size_per_gpu"], ds_config["gradient_accumulation_steps"]
+    plan = BatchPlan([len(x) for x in features["input_ids"]], micro, dist.world_size, dist.rank,
+                     cfg.train.seed, group_by_length=not cfg.speed.pad_to_max_length, accumulation=gas)
+    steps_per_epoch = len(plan) // gas
+    if len(features) < ds_config["train_batch_size"]:
+        log(dist, f"note: {len(features)} train features are fewer than one global batch of "
+                  f"{ds_config['train_batch_size']}; each step repeats them to fill it")
+    total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
+    dsconfig.fill_schedule(ds_config, total_steps, cfg.train.warmup_ratio)
+    weight_decay = ds_config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
+    engine, _, _, _ = deepspeed.initialize(model=inputs.module, config=ds_config,
+                                           model_parameters=param_groups(inputs.module, weight_decay))
+    if cfg.speed.compile:
+        engine.compile()
+
+    progress = checkpoint.Progress()
+    if inputs.resume_from:
+        progress = checkpoint.load(engine, inputs.resume_from, dist)
+        log(dist, f"resumed from {inputs.resume_from} at step {progress.step}")
+    columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
+               if c in features.column_names]
+    collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
+                       pad_to=windows.max_seq_length if cfg.speed.pad_to_max_length else None)
+    device_name = perf.device_name(device)
+    peak = perf.peak_tflops(device_name, dsconfig.precision(ds_config), cfg.speed.peak_tflops)
+    log(dist, f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch "
+              f"{ds_config['train_batch_size']} = {micro} x {gas} x {dist.world_size}, {dsconfig.precision(ds_config)}, "
+              f"zero stage {dsconfig.zero_stage(ds_config)}, device {device_name}")
+    meter = perf.Meter(perf.model_shape(engine.module.config), dist.world_size, peak)  # starts the clock
+    return Run(engine, plan, features.select_columns(columns), collate, dev_features, progress,
+               steps_per_epoch, total_steps, meter, report, device_name, t0)
+
+
+def optimizer_steps(run, device):
+    """The micro batches of each remaining optimizer step, across epochs, from where `run.progress` stands.
+
+    `progress` is advanced as each step is handed out, so a checkpoint taken after the step resumes
+    with exactly the next one."""
+    from torch.utils.data import DataLoader
+
+    gas = run.engine.gradient_accumulation_steps()
+    progress = run.progress
+    while progress.step < run.total_steps:
+        batches = run.plan.epoch(progress.epoch)[:run.steps_per_epoch * gas]
+        loader = iter(DataLoader(run.rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=run.collate,
+                                 num_workers=0 if device.type == "cpu" else 2, pin_memory=device.type == "cuda"))
+        for _ in range(progress.batch_in_epoch // gas, run.steps_per_epoch):
+            if progress.step >= run.total_steps:
+                return
+            micro_batches = [next(loader) for _ in range(gas)]
+            progress.step, progress.batch_in_epoch = progress.step + 1, progress.batch_in_epoch + gas
+            yield micro_batches
+        progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+
+
+def loop(run, cfg, inputs, device, show_bar):
+    """Train to `run.total_steps`; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
+    engine, progress, dist, every = run.engine, run.progress, inputs.dist, cfg.train
+    stop = StopRequest()
+    with ProgressDisplay(run, show_bar and dist.is_main) as bar:
+        for micro_batches in optimizer_steps(run, device):
+            # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
+            for batch in micro_batches:
+                loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
+                engine.backward(loss)
+                engine.step()
+                run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
+            # log: the only host sync, every --log-every steps
+            if progress.step % every.log_every == 0 or progress.step == run.total_steps:
+                run.last_rates = run.meter.log_rates(distributed.all_sum)
+                bar.log(format_rates(progress.step, run.total_steps, engine.get_lr()[0], run.last_rates, device))
+            # evaluate mid-run (the last step's evaluation is part of `finish`)
+            if every.eval_every and progress.step % every.eval_every == 0 and progress.step < run.total_steps:
+                evaluate_now(run, cfg, inputs, device)
+            # checkpoint, and stop when any rank was asked to
+            if distributed.any_rank(stop.requested):
+                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
+                log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
+                          f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
+                return EXIT_STOPPED
+            if cfg.faults.checkpoint_every and progress.step % cfg.faults.checkpoint_every == 0:
+                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
+            bar.advance(progress.step, run.last_rates)
+    return 0
+
+
+def evaluate_now(run, cfg, inputs, device, output_dir=None):
+    """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0."""
+    from bert_squad.evaluate import evaluate
+
+    if run.dev_features is None:
+        return None
+    metrics = evaluate(run.engine.module, inputs.dev_examples, run.dev_features, device,
+                       inputs.tokenizer.pad_token_id, cfg.answers, inputs.dist, output_dir=output_dir)
+    if metrics is not None:
+        run.evals.append(dict(metrics, step=run.progress.step))
+        log(inputs.dist, f"eval step {run.progress.step}: {json.dumps(metrics)}")
+    return metrics
+
+
+def finish(run, cfg, inputs, device):
+    """Final evaluation, the exported model, and last the metrics file that marks the run finished."""
+    dist, out = inputs.dist, Path(cfg.data.output_dir)
+    wall = time.perf_counter() - run.started
+    run_rates = run.meter.run_rates(distributed.all_sum)
+    checksums = distributed.gather_to_rank0(weights_checksum(run.engine.module), dist)
+    evaluate_now(run, cfg, inputs, device, output_dir=out)
+    if dist.is_main:
+        model_lib.export(run.engine.module, inputs.tokenizer, out)
+        write_json_atomic(out / outputs.TRAIN_METRICS, {
+            "steps": run.progress.step, "epochs": run.progress.step / run.steps_per_epoch,
+            "world_size": dist.world_size, "train_batch_size": inputs.ds_config["train_batch_size"],
+            "precision": dsconfig.precision(inputs.ds_config), "wall_time_s": wall, "device": run.device_name,
+            **{f"run_{k}": v for k, v in run_rates.items()}, "last_log": run.last_rates,
+            "peak_memory_gib": perf.peak_memory_gib(device), "features": run.feature_report, "evals": run.evals,
+            "weights_sha256_per_rank": checksums, "deepspeed_config": inputs.ds_config,
+            "config": dataclasses.asdict(cfg)})
+        log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)")
+
+
+def log(dist, msg):
+    if dist.is_main:
         print(msg, flush=True)
 
 
-def quiet_libraries(debug):
-    """DeepSpeed logs every step at INFO; batch logs should show our lines and real warnings."""
-    from deepspeed.utils import logger as ds_logger
+class ProgressDisplay:
+    """A rich bar where a person watches a single process; plain log lines everywhere else."""
 
-    ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
-    import warnings
+    def __init__(self, run, enabled):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    import datasets
-    import transformers
+        self.enabled = enabled
+        self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("{task.fields[info]}"), disable=not enabled)
+        self.task = self.bar.add_task("train", total=run.total_steps, completed=run.progress.step, info="")
 
-    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.* is deprecated")
-    datasets.utils.logging.set_verbosity_warning()
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_warning()
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def log(self, line):
+        if self.enabled:
+            self.bar.console.print(line)
+        else:
+            print(line, flush=True)
+
+    def advance(self, step, rates):
+        info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
+        self.bar.update(self.task, completed=step, info=info)
+
+
+def describe_features(source, report, windows, seconds):
+    return (f"train {source}: {report['examples']} questions ({report['answerable']} answerable), "
+            f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
+            f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
+            f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
+            f"{report['skipped_bad_offsets']} questions skipped (answer_start off its text) [{seconds:.1f}s]")
+
+
+def format_rates(step, total, lr, rates, device):
+    mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
+    return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
+            f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
+            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
+
+
+def param_groups(module, weight_decay):
+    """No weight decay on biases and LayerNorm weights, as BERT was trained."""
+    decay, no_decay = [], []
+    for p in module.parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def weights_checksum(module):
+    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for _, p in sorted(module.state_dict().items()):
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def load_examples(data):
+    """(train, dev) examples from local files or the cached hub dataset; dev is None with --no-eval."""
+    if data.train_file:
+        train = data_lib.read_squad(data.train_file, strict=data.strict)
+        dev = data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file else None
+    else:
+        train = data_lib.load_hub_split(data.dataset, "train", data.cache_dir)
+        dev = (data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file
+               else data_lib.load_hub_split(data.dataset, "validation", data.cache_dir))
+    return train, (None if data.no_eval else dev)
 
 
 def check_output_dir(path):
@@ -51,222 +330,34 @@ def check_output_dir(path):
         raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
 
 
-def download_only(args, cache_dir):
+def download_only(data):
     """Login-node step: model, tokenizer and dataset into the cache; one clear line when offline."""
     import huggingface_hub
 
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
     try:
-        huggingface_hub.model_info(args.model, timeout=10)
+        huggingface_hub.model_info(data.model, timeout=10)
     except Exception as err:  # any failure here means: no usable hub from this machine
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"cannot reach the Hugging Face hub for model '{args.model}' ({reason}); "
+        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
                         f"--download-only needs internet (a login node), compute nodes then run offline") from None
-    print(f"model -> {model_lib.download(args.model, cache_dir)}")
-    if not args.train_file:
-        print(f"dataset -> {data_lib.download_dataset(args.dataset, cache_dir)}")
+    print(f"model -> {model_lib.download(data.model, data.cache_dir)}")
+    if not data.train_file:
+        print(f"dataset -> {data_lib.download_dataset(data.dataset, data.cache_dir)}")
     return 0
 
 
-def load_examples(args, cache_dir):
-    if args.train_file:
-        train = data_lib.read_squad(args.train_file, strict=args.strict)
-        dev = data_lib.read_squad(args.eval_file, strict=args.strict) if args.eval_file else None
-    else:
-        train = data_lib.load_hub_split(args.dataset, "train", cache_dir)
-        dev = (data_lib.read_squad(args.eval_file, strict=args.strict) if args.eval_file
-               else data_lib.load_hub_split(args.dataset, "validation", cache_dir))
-    return train, (None if args.no_eval else dev)
+def quiet_libraries(debug):
+    """DeepSpeed logs every step at INFO; batch logs should show our lines and real warnings."""
+    import warnings
 
-
-def main(argv):
-    args = config.parse_args(argv)
-    cache_dir = args.cache_dir or model_lib.default_cache_dir()
-    quiet_libraries(args.debug)
-    if args.download_only:
-        return download_only(args, cache_dir)
-    # Everything that can be wrong with the input is found here, before any process group or file.
-    model_dir = model_lib.resolve(args.model, cache_dir)
-    model_lib.go_offline()
-    dist = distributed.detect()
-    from deepspeed.accelerator import get_accelerator
-
-    ds_path = args.deepspeed_config
-    ds_config = config.resolve_ds_config(config.load_ds_config(ds_path), ds_path, world_size=dist.world_size,
-                                         has_gpu=get_accelerator().device_name() != "cpu",
-                                         learning_rate=args.learning_rate)
-    train_ex, dev_ex = load_examples(args, cache_dir)
-    tokenizer = model_lib.load_tokenizer(model_dir)
+    import datasets
     import transformers
+    from deepspeed.utils import logger as ds_logger
 
-    transformers.set_seed(args.seed)  # the new span head starts the same in every run and on every rank
-    module = model_lib.load_qa_model(model_dir)
-    check_output_dir(args.output_dir)  # the last check, and the first thing written
-    # A bar only where a person watches: MPI launchers hand ranks a pty even in batch jobs.
-    show_bar = sys.stdout.isatty() and dist.launcher in ("single", "env")
-    with distributed.process_group(dist, args.dist_timeout) as device:
-        print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
-              f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
-              flush=True)
-        return train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_dir, show_bar)
-
-
-def param_groups(module, weight_decay):
-    """No weight decay on biases and LayerNorm weights, as BERT was trained."""
-    decay, no_decay = [], []
-    for p in module.parameters():
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def train(args, ds_config, module, tokenizer, train_ex, dev_ex, device, cache_dir, show_bar=False):
-    import deepspeed
-    import torch
-    from torch.utils.data import DataLoader
-
-    from bert_squad.batching import BatchPlan, Collator
-    from bert_squad.evaluate import evaluate
-    from bert_squad.features import WindowConfig, build_features, feature_report
-
-    rank, world = distributed.rank(), distributed.world_size()
-    torch.manual_seed(args.seed + rank)
-    win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-    t_start = time.perf_counter()
-    features = build_features(train_ex, tokenizer, win, cache_dir, train=True)
-    dev_features = build_features(dev_ex, tokenizer, win, cache_dir, train=False) if dev_ex else None
-    report = feature_report(train_ex, features)
-    log(f"train {train_ex.source}: {report['examples']} questions ({report['answerable']} answerable), "
-        f"{report['features']} features; {report['answers_in_no_window']} answers fit in no window, "
-        f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
-        f"{report['skipped_bad_offsets']} questions skipped (answer_start off its text) "
-        f"[{time.perf_counter() - t_start:.1f}s]")
-
-    micro, gas = ds_config["train_micro_batch_size_per_gpu"], ds_config["gradient_accumulation_steps"]
-    plan = BatchPlan([len(x) for x in features["input_ids"]], micro, world, rank,
-                     args.seed, group_by_length=not args.pad_to_max_length)
-    steps_per_epoch = len(plan) // gas
-    if steps_per_epoch == 0:
-        raise UserError(f"{train_ex.source}: {len(features)} features make no full step of "
-                        f"{ds_config['train_batch_size']} samples")
-    total_steps = args.max_steps or math.ceil(args.epochs * steps_per_epoch)
-    config.fill_schedule(ds_config, total_steps, args.warmup_ratio)
-    weight_decay = ds_config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
-    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=param_groups(module, weight_decay),
-                                           config=ds_config)
-    if args.compile:
-        engine.compile()
-
-    progress = checkpoint.Progress()
-    resume_from = checkpoint.find(args.resume, args.output_dir) if args.resume else None
-    if resume_from:
-        progress = checkpoint.load(engine, resume_from)
-        log(f"resumed from {resume_from} at step {progress.step}")
-    stop = checkpoint.StopRequest()
-
-    columns = ["input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions"]
-    collate = Collator(tokenizer.pad_token_id, pad_to=args.max_seq_length if args.pad_to_max_length else None,
-                       multiple_of=8 if device.type == "cuda" else 1)
-    train_rows = features.select_columns([c for c in columns if c in features.column_names])
-    shape = perf.model_shape(engine.module.config)
-    dev_name = perf.device_name(device)
-    meter = perf.Meter(shape, world, perf.peak_tflops(dev_name, config.precision(ds_config), args.peak_tflops))
-    run_meter = perf.Meter(shape, world, meter.peak)
-    evals, last_rates, loss_sum, loss_n = [], {}, torch.zeros((), device=device), 0
-    log(f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {ds_config['train_batch_size']} "
-        f"= {micro} x {gas} x {world}, {config.precision(ds_config)}, zero stage "
-        f"{ds_config.get('zero_optimization', {}).get('stage', 0)}, device {dev_name}")
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   TextColumn("{task.fields[info]}"), disable=rank != 0 or not show_bar)
-    task = bar.add_task("train", total=total_steps, completed=progress.step, info="")
-    stopped = False
-    with bar:
-        while progress.step < total_steps and not stopped:
-            batches = plan.epoch(progress.epoch)[:steps_per_epoch * gas]
-            loader = DataLoader(train_rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=collate,
-                                num_workers=0 if device.type == "cpu" else 2, pin_memory=device.type == "cuda")
-            for batch in loader:
-                meter.add(batch)  # counted on the host copy: no device sync
-                run_meter.add(batch)
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                loss = engine(**batch).loss
-                engine.backward(loss)
-                boundary = engine.is_gradient_accumulation_boundary()
-                engine.step()
-                loss_sum, loss_n = loss_sum + loss.detach().float(), loss_n + 1  # no sync per step
-                progress.batch_in_epoch += 1
-                if not boundary:
-                    continue
-                progress.step += 1
-                if progress.step % args.log_every == 0 or progress.step == total_steps:
-                    total_loss, total_n = distributed.all_sum([loss_sum.item(), loss_n])
-                    last_rates = meter.rates(distributed.all_sum)
-                    line = format_rates(progress.step, total_steps, total_loss / total_n,
-                                        engine.get_lr()[0], last_rates, device)
-                    bar.console.print(line) if bar.live.is_started else log(line)
-                    meter.reset()
-                    loss_sum, loss_n = torch.zeros((), device=device), 0
-                bar.update(task, completed=progress.step, info=f"loss {loss.item():.3f} lr {engine.get_lr()[0]:.2e} "
-                           f"{last_rates.get('samples_per_second', 0):.1f} samples/s" if bar.live.is_started else "")
-                if (args.eval_every and progress.step % args.eval_every == 0 and progress.step < total_steps
-                        and dev_features is not None):  # the last step's evaluation follows the loop
-                    metrics = evaluate(engine.module, dev_ex, dev_features, device, tokenizer, args)
-                    if metrics is not None:
-                        evals.append(dict(metrics, step=progress.step))
-                        log(f"eval step {progress.step}: {json.dumps(metrics)}")
-                if distributed.any_rank(stop.requested):
-                    checkpoint.save(engine, args.output_dir, progress, args.keep_checkpoints)
-                    log(f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
-                        f"{progress.step} saved; exiting with {checkpoint.EXIT_STOPPED}, resume with --resume auto")
-                    stopped = True
-                    break
-                if args.checkpoint_every and progress.step % args.checkpoint_every == 0:
-                    checkpoint.save(engine, args.output_dir, progress, args.keep_checkpoints)
-                if progress.step >= total_steps:
-                    break
-            else:
-                progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-    if stopped:
-        return checkpoint.EXIT_STOPPED
-
-    wall = time.perf_counter() - t_start
-    run_rates = run_meter.rates(distributed.all_sum)
-    checksums = distributed.gather_to_rank0(weights_checksum(engine.module))
-    metrics = None
-    if dev_features is not None:
-        metrics = evaluate(engine.module, dev_ex, dev_features, device, tokenizer, args, output_dir=args.output_dir)
-        if metrics is not None:
-            log(f"eval: {json.dumps(metrics)}")
-    if rank == 0:
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        model_lib.export(engine.module, tokenizer, args.output_dir)
-        write_json_atomic(Path(args.output_dir) / "train_metrics.json", {
-            "steps": progress.step, "epochs": progress.step / steps_per_epoch, "world_size": world,
-            "train_batch_size": ds_config["train_batch_size"], "precision": config.precision(ds_config),
-            "wall_time_s": wall, "device": dev_name, **{f"run_{k}": v for k, v in run_rates.items()},
-            "last_log": last_rates, "peak_memory_gib": perf.peak_memory_gib(device), "features": report,
-            "evals": evals, "weights_sha256_per_rank": checksums, "deepspeed_config": ds_config,
-            "args": vars(args)})
-        log(f"saved model and tokenizer to {args.output_dir} ({wall:.0f}s)")
-    distributed.barrier()
-    return 0
-
-
-def weights_checksum(module):
-    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for _, p in sorted(module.state_dict().items()):
-        h.update(p.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()
-
-
-def format_rates(step, total, loss, lr, rates, device):
-    mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
-    return (f"step {step}/{total} loss {loss:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} samples/s "
-            f"{rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
-            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
+    ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.* is deprecated")
+    datasets.utils.logging.set_verbosity_warning()
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_warning()

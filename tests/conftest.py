@@ -6,11 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from bert_squad.sample import sample_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = ROOT.parent / "shared" / "data" / "squad"
 PYTHON = sys.executable
+
+
+def sample_path(name):
+    """A file of the shipped sample (tools/make_sample.py generates it)."""
+    return ROOT / "bert_squad" / "sample" / name
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -39,8 +39,8 @@ def main(argv):
             options.append(rest.pop(0))
     image, command = rest[0], rest[1:]
     record = {"name": name, "sub": sub, "options": options, "image": image, "command": command,
-              "env": {k: os.environ.get(k) for k in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MASTER_ADDR",
-                                                      "MASTER_PORT", "BERT_SQUAD_REPO", "HF_HUB_OFFLINE")}}
+              "env": {k: os.environ.get(k) for k in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "SLURM_JOB_ID",
+                                                      "SLURM_JOB_NODELIST", "BERT_SQUAD_REPO", "HF_HUB_OFFLINE")}}
     with open(os.environ["STANDIN_LOG"], "a") as log:
         log.write(json.dumps(record) + "\n")
     os.execvp(command[0], command)

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.cli import main
-from bert_squad.config import CONFIG_DIR
+from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.data import read_squad
 from bert_squad.errors import UserError
 
@@ -123,7 +123,8 @@ def test_fuzz_reader_raises_only_user_errors(doc, tmp_path):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_feature_labels_stay_in_their_window(data, tiny_model, tmp_path_factory):
-    from bert_squad.features import WindowConfig, _tokenize, prepare_train
+    from bert_squad.config import WindowConfig
+    from bert_squad.features import _tokenize, prepare_train
     from bert_squad.model import load_tokenizer
 
     tok = load_tokenizer(tiny_model)

@@ -27,10 +27,10 @@ def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_
 
 
 def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_train, tmp_path):
-    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 128, "--steps", 4,
+    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 48, "--steps", 4,
                    "--cache-dir", tmp_path)
     assert r.returncode != 0
-    assert "--doc-stride must leave room" in r.stderr and "throughput: the grouped run failed" in r.stderr
+    assert "--max-seq-length 48 leaves no room for context" in r.stderr and "throughput: the grouped run failed" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from bert_squad.config import CONFIG_DIR, fill_schedule, load_ds_config, resolve_ds_config
+from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
+from bert_squad.dsconfig import fill_schedule
+from bert_squad.dsconfig import load as load_ds_config
+from bert_squad.dsconfig import resolve as resolve_ds_config
 from bert_squad.errors import UserError
 
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))

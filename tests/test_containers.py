@@ -105,7 +105,7 @@ def test_apptainer_definition():
 
 
 def test_site_images_are_the_documented_ones():
-    sites = json.loads((ROOT / "bert_squad" / "sites.json").read_text())
+    sites = json.loads((ROOT / "bert_squad" / "cluster" / "sites.json").read_text())
     readme = (CONTAINERS / "README.md").read_text()
     # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
     assert sites["daint"]["image"] == "load/library/bert-squad:cuda" and "sarus load" in readme

@@ -73,9 +73,10 @@ def test_ranks_leave_the_process_group_together(tmp_path):
         import os, time
         os.environ["DS_ACCELERATOR"] = "cpu"
         from bert_squad import distributed
-        with distributed.process_group(distributed.detect()):
-            distributed.gather_to_rank0(distributed.rank())
-            if distributed.rank() == 0:
+        dist = distributed.detect()
+        with distributed.process_group(dist):
+            distributed.gather_to_rank0(dist.rank, dist)
+            if dist.rank == 0:
                 time.sleep(2)
                 open({str(marker)!r}, "w").close()
         print("rank", os.environ["RANK"], "left; rank 0 done:", os.path.exists({str(marker)!r}),

@@ -4,7 +4,8 @@ import pytest
 from conftest import shared_squad
 
 from bert_squad.data import read_squad
-from bert_squad.features import WindowConfig, build_features, feature_report
+from bert_squad.config import WindowConfig
+from bert_squad.features import build_features, feature_report
 
 
 @pytest.fixture(scope="module")

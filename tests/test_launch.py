@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from bert_squad import cli, data, launch, model
+from bert_squad import cache, cli
+from bert_squad.cluster import launch
 from conftest import ROOT
 
 SITES = ("daint", "lumi", "generic")
@@ -106,25 +107,24 @@ def test_submit_pipes_the_script_to_sbatch(tmp_path, monkeypatch, capsys):
     assert sbatch_lines((tmp_path / "script").read_text())["nodes"] == "2"
 
 
-def test_cache_check_follows_the_python_layout(tmp_path):
-    """The template's fail-fast check looks where bert_squad.model / bert_squad.data put things."""
-    template = launch.TEMPLATE_FILE.read_text()
-    func = re.search(r"^check_cache\(\) \{.*?^\}$", template, re.M | re.S).group(0)
-
+def test_cache_check_follows_the_python_layout(tmp_path, capsys):
+    """The job's fail-fast check is `bert-squad check-cache`: it looks where bert_squad.cache puts things."""
     def check(*args):
-        script = f'die() {{ echo "$*"; exit 2; }}\nBERT_SQUAD_CACHE={tmp_path}\n{func}\ncheck_cache "$@"'
-        return subprocess.run(["bash", "-c", script, "check", *args], capture_output=True, text=True, cwd=tmp_path)
+        code = cli.main(["check-cache", "--cache-dir", str(tmp_path), *args])
+        return code, capsys.readouterr().err
 
-    assert check("--model", "org/bert").returncode == 2
-    target = model.cached_model_dir(tmp_path, "org/bert")
+    assert check("--model", "org/bert")[0] == 2
+    target = cache.model_dir(tmp_path, "org/bert")
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")
-    miss = check("--model=org/bert", "--dataset", "squad_v2")
-    assert miss.returncode == 2 and "dataset 'squad_v2'" in miss.stdout
-    data.hub_dataset_dir(tmp_path, "squad_v2").mkdir(parents=True)
-    assert check("--model=org/bert", "--dataset", "squad_v2").returncode == 0
-    assert check("--model", "org/other", "--train-file", "x.json").returncode == 2
-    assert check("--download-only").returncode == 2
+    code, err = check("--model=org/bert", "--dataset", "squad_v2")
+    assert code == 2 and "dataset 'squad_v2'" in err
+    cache.dataset_dir(tmp_path, "squad_v2").mkdir(parents=True)
+    (cache.dataset_dir(tmp_path, "squad_v2") / "dataset_dict.json").write_text("{}")
+    assert check("--model=org/bert", "--dataset", "squad_v2")[0] == 0
+    assert check("--model", "org/other", "--train-file", "x.json")[0] == 2
+    assert check("--download-only")[0] == 2
+    assert "check-cache" in launch.TEMPLATE_FILE.read_text()
 
 
 def _scripts(tmp_path, capsys):

@@ -10,7 +10,8 @@ import pytest
 from conftest import MPIRUN, PYTHON, ROOT, require_mpirun, run_bert_squad
 from safetensors.torch import load_file
 
-from bert_squad.checkpoint import EXIT_STOPPED, MARKER, checkpoint_root, complete_tags, find
+from bert_squad.checkpoint import MARKER, checkpoint_root, complete_tags, find
+from bert_squad.preemption import EXIT_STOPPED
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from bert_squad.errors import UserError
-from bert_squad.sample import sample_path
 from bert_squad.score import main
-from conftest import PYTHON, ROOT, shared_squad
+from conftest import PYTHON, ROOT, sample_path, shared_squad
 from test_metrics import installed_v1, installed_v2, random_predictions
 
 
@@ -77,8 +76,8 @@ V2 = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Par
 
 
 @pytest.mark.parametrize("eval_doc, preds, na, message", [
-    (None, {"a": "x"}, None, "eval.json: cannot read"),
-    ("{not json", {"a": "x"}, None, "eval.json: not valid JSON"),
+    (None, {"a": "x"}, None, "eval.json: no such file"),
+    ("{not json", {"a": "x"}, None, "eval.json: malformed JSON"),
     ({"version": "v2.0"}, {"a": "x"}, None, "eval.json: expected an object with a 'data' list"),
     ({"data": [{"paragraphs": [{"context": "c"}]}]}, {}, None,
      r"eval.json: data\[0\].paragraphs\[0\] has no 'qas'"),
@@ -112,5 +111,5 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     done = run_score("--eval-file", write(tmp_path / "eval.json", V2), "--predictions", missing)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"bert-squad score: error: {missing}: cannot read: No such file or directory"]
+        f"bert-squad score: error: {missing}: no such file"]
     assert done.stdout == ""

@@ -122,8 +122,12 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env)
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
+    assert re.search(r" master \S+:(\d+)", text).group(1) == str(20000 + int(job) % 20000), text
 
-    calls = _records(record_log)
+    records = _records(record_log)
+    checks = [c for c in records if "check-cache" in c["command"]]
+    calls = [c for c in records if c not in checks]
+    assert len(checks) == 1, records  # the cache check runs once, inside the image
     assert len(calls) == 2, calls  # one container per rank
     ranks = sorted(c["env"]["OMPI_COMM_WORLD_RANK" if launcher == "mpirun" else "SLURM_PROCID"] for c in calls)
     assert ranks == ["0", "1"]
@@ -135,8 +139,9 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
         assert str(scratch) in sources and str(ROOT) in sources, sources
         assert call["command"][:2] == ["bash", "-c"] and "python -m bert_squad" in call["command"][2]
         assert call["command"][4:] == train_args(str(tiny_model), str(sample_train), str(out))
-        # The environment the ranks need passes through the runtime (its default; no --cleanenv).
-        assert call["env"]["MASTER_ADDR"] and call["env"]["MASTER_PORT"] == str(20000 + int(job) % 20000)
+        # The environment the ranks need passes through the runtime (its default; no --cleanenv): each
+        # rank derives the rendezvous from the job's id and node list.
+        assert call["env"]["SLURM_JOB_ID"] == job and call["env"]["SLURM_JOB_NODELIST"]
         assert call["env"]["BERT_SQUAD_REPO"] == str(ROOT) and call["env"]["HF_HUB_OFFLINE"] == "1"
 
 

@@ -8,7 +8,6 @@ the queue. `bert-squad summarize` reads the same manifest.
 """
 
 import argparse
-import contextlib
 import itertools
 import os
 import re
@@ -16,10 +15,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from bert_squad import config, launch
+from bert_squad import config, outputs
+from bert_squad.cluster import launch
+from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 from bert_squad.errors import UserError
 from bert_squad.files import write_json_atomic, write_text_atomic
-from bert_squad.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 # The sweep sets these per run; the model and data stay common, so every run shares one feature cache
@@ -110,12 +110,6 @@ def combinations(grid, seeds):
     return combos
 
 
-def is_done(run_dir, with_eval):
-    """Final metrics exist: train_metrics.json is written last, after the model and the evaluation."""
-    run_dir = Path(run_dir)
-    return (run_dir / "train_metrics.json").exists() and (not with_eval or (run_dir / "eval_metrics.json").exists())
-
-
 def array_spec(indices, max_parallel=None):
     """[0, 1, 2, 5] -> '0-2,5', plus '%M' to run at most M at once."""
     parts = []
@@ -136,14 +130,14 @@ def common_args(site, train_args):
     return list(train_args)
 
 
-def check_training_args(parser, argv):
+def check_training_args(argv):
     """Typos and bad values in the training arguments fail here, not in every array task."""
     def fail(message):
         raise UserError(f"training arguments: {message}")
 
+    parser = config.training_parser()
     parser.error = fail
-    parser.parse_args(argv)
-    config.parse_args(argv)  # the checks across options (window lengths, something to train)
+    config.parse_run_config(argv, parser)
 
 
 def build_parser(sites):
@@ -168,16 +162,13 @@ def plan(own, user_args):
     """Parse and check everything before anything is written: (args, manifest, sweep dir)."""
     sites = launch.load_sites()
     args = build_parser(sites).parse_args(own)
-    args.nodes = 1
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
-    seeds = parse_seeds(args.seeds)  # before the training parser, which imports DeepSpeed (seconds)
-    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's import logs to stdout, where the script goes
-        parser = config.build_parser()
-    grid = parse_grid(args.grid, parser)
+    seeds = parse_seeds(args.seeds)
+    grid = parse_grid(args.grid, config.training_parser())
     combos = combinations(grid, seeds)
     train_args = common_args(sites[args.site], user_args)
-    check_training_args(parser, [*train_args, *combos[0]["args"]])
+    check_training_args([*train_args, *combos[0]["args"]])
     name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
     if not re.fullmatch(r"[\w.+=-]+", name):
         raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
@@ -197,8 +188,7 @@ def main(argv):
         if (previous["train_args"], previous["combinations"]) != (manifest["train_args"], manifest["combinations"]):
             raise UserError(f"{old}: a different sweep (other grid, seeds or training arguments) lives here; "
                             f"choose another --name")
-    with_eval = "--no-eval" not in manifest["train_args"]
-    todo = [c["index"] for c in manifest["combinations"] if not is_done(sweep_dir / c["name"], with_eval)]
+    todo = [c["index"] for c in manifest["combinations"] if not outputs.finished(sweep_dir / c["name"])]
     total = len(manifest["combinations"])
     print(f"sweep {manifest['name']}: {total} runs in {sweep_dir}, {total - len(todo)} finished, {len(todo)} to run",
           file=sys.stderr)
@@ -208,7 +198,8 @@ def main(argv):
         return 0
     extra = {"job-name": f"bert-squad-sweep-{manifest['name']}", "array": array_spec(todo, args.max_parallel),
              "output": f"{sweep_dir}/slurm-%A_%a.out"}
-    script = launch.render(args.site, args, ["sweep", "run", str(sweep_dir), "--", *manifest["train_args"]],
+    script = launch.render(launch.job_spec(args, nodes=1), ["sweep", "run", str(sweep_dir), "--",
+                                                            *manifest["train_args"]],
                            launch.shown_command("bert-squad sweep", own, user_args), extra)
     if not args.submit:
         sys.stdout.write(script)

@@ -3,7 +3,7 @@
 Paragraphs are short biographies of invented people; questions ask for facts stated in them. A few
 articles are long enough to need several sliding windows at 384 tokens, and the v2.0 split adds
 unanswerable questions about people the paragraph does not mention. Regenerate the shipped files with
-`python -m bert_squad.sample bert_squad/sample`.
+`python tools/make_sample.py` (writes bert_squad/sample/).
 """
 
 import json
@@ -106,10 +106,6 @@ def generate(seed, n_articles, version_2=False):
 SPLITS = {"train-v1.1.json": (1, 32, False), "dev-v1.1.json": (2, 10, False), "dev-v2.0.json": (3, 8, True)}
 
 
-def sample_path(name):
-    return Path(__file__).parent / "sample" / name
-
-
 def write_all(out_dir):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -118,4 +114,4 @@ def write_all(out_dir):
 
 
 if __name__ == "__main__":
-    write_all(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "sample")
+    write_all(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "bert_squad" / "sample")

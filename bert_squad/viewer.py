@@ -8,10 +8,12 @@ import argparse
 import json
 import sys
 
+from bert_squad import cache
 from bert_squad import model as model_lib
-from bert_squad.config import add_window_arguments
+from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
+from bert_squad.files import read_json
 
 
 def parse_args(argv):
@@ -23,7 +25,8 @@ def parse_args(argv):
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--start-sample", type=int, default=0)
     p.add_argument("--num-test-samples", type=int, default=10)
-    add_window_arguments(p)
+    add_options(p, WindowConfig)
+    add_options(p, AnswerConfig)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
@@ -33,10 +36,9 @@ def parse_args(argv):
 
 
 def require_qa_model(model_dir):
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"{model_dir / 'config.json'}: cannot read a model config ({err})") from None
+    config = read_json(model_dir / "config.json", what="a model config")
+    if not isinstance(config, dict):
+        raise UserError(f"{model_dir / 'config.json'}: a model config is a JSON object")
     archs = config.get("architectures") or []
     if not any(a.endswith("ForQuestionAnswering") for a in archs):
         raise UserError(f"{model_dir}: not a question-answering model (architectures: {', '.join(archs) or 'none'}); "
@@ -53,15 +55,15 @@ def answer(argv):
     """The selected questions with predictions and scores, as plain records."""
     import torch
 
-    from bert_squad.evaluate import predict_logits
-    from bert_squad.features import WindowConfig, build_features
+    from bert_squad.evaluate import predict
+    from bert_squad.features import build_features
     from bert_squad.metrics import exact_match, f1
-    from bert_squad.postprocess import postprocess_predictions
 
     args = parse_args(argv)
+    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
     model_lib.go_offline()
-    cache_dir = args.cache_dir or model_lib.default_cache_dir()
-    model_dir = model_lib.resolve(args.model_file, cache_dir)
+    cache_dir = args.cache_dir or cache.default_cache_dir()
+    model_dir = cache.find_model(args.model_file, cache_dir)
     require_qa_model(model_dir)
     examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
     first, count = args.start_sample, args.num_test_samples
@@ -71,13 +73,8 @@ def answer(argv):
     chosen = Examples(examples.records[first:first + count], examples.source, examples.version_2)
     tokenizer = model_lib.load_tokenizer(model_dir)
     module = model_lib.load_qa_model(model_dir)
-    win = WindowConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-    features = build_features(chosen, tokenizer, win, cache_dir=None, train=False)
-    logits = predict_logits(module, features, torch.device("cpu"), tokenizer.pad_token_id)
-    meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
-    predictions, nbest, _ = postprocess_predictions(
-        chosen.records, meta, *logits, version_2_with_negative=chosen.version_2,
-        max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold)
+    features = build_features(chosen, tokenizer, windows, cache_dir=None, train=False)
+    predictions, nbest, _ = predict(module, chosen, features, torch.device("cpu"), tokenizer.pad_token_id, answers)
     out = []
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]

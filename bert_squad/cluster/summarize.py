@@ -8,23 +8,26 @@ never silently dropped. Writes summary.csv, summary.md and f1_by_combination.png
 import argparse
 import csv
 import io
-import json
 import statistics
+import sys
 from pathlib import Path
 
+from bert_squad import outputs
 from bert_squad.errors import UserError
-from bert_squad.files import write_text_atomic
+from bert_squad.files import read_json, write_text_atomic
 
 MANIFEST = "sweep.json"
 EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
 
 
 def run_status(run_dir):
-    """('finished', metrics) or ('failed'|'stopped'|'not finished', None)."""
+    """('finished', metrics) or ('failed'|'stopped'|'not finished', None); a run trained with
+    --no-eval is finished too, with no EM/F1 in its metrics."""
     run_dir = Path(run_dir)
-    eval_file, train_file = run_dir / "eval_metrics.json", run_dir / "train_metrics.json"
-    if eval_file.exists() and train_file.exists():
-        return "finished", {**json.loads(train_file.read_text()), **json.loads(eval_file.read_text())}
+    if outputs.finished(run_dir):
+        eval_file = run_dir / outputs.EVAL_METRICS
+        scores = read_json(eval_file) if eval_file.exists() else {}
+        return "finished", {**read_json(run_dir / outputs.TRAIN_METRICS), **scores}
     code_file = run_dir / EXIT_CODE_FILE
     if code_file.exists():
         code = code_file.read_text().strip()
@@ -33,19 +36,16 @@ def run_status(run_dir):
 
 
 def _score(metrics, key):
-    """EM/F1 under either SQuAD version's key names."""
+    """EM/F1 under either SQuAD version's key names; None for a run without evaluation."""
     names = {"em": ("exact_match", "exact"), "f1": ("f1",)}[key]
-    return next(metrics[n] for n in names if n in metrics)
+    return next((metrics[n] for n in names if n in metrics), None)
 
 
 def load_manifest(sweep_dir):
     path = Path(sweep_dir) / MANIFEST
     if not path.exists():
         raise UserError(f"{path}: no sweep manifest here (is {sweep_dir} the directory of a `bert-squad sweep`?)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: malformed JSON at line {err.lineno}: {err.msg}") from None
+    return read_json(path, what="a sweep manifest")
 
 
 def collect(sweep_dir):
@@ -64,13 +64,13 @@ def collect(sweep_dir):
                "finished": len(runs),
                "runs": sum(1 for c in manifest["combinations"] if c["group"] == group)}
         for key in ("em", "f1"):
-            values = [_score(m, key) for _, m in runs]
+            values = [v for v in (_score(m, key) for _, m in runs) if v is not None]
             row.update({f"{key}_mean": statistics.fmean(values) if values else None,
                         f"{key}_std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
                         f"{key}_min": min(values, default=None), f"{key}_max": max(values, default=None)})
         row["samples_per_second"] = (statistics.fmean(m["run_samples_per_second"] for _, m in runs) if runs else None)
         row["wall_time_s"] = statistics.fmean(m["wall_time_s"] for _, m in runs) if runs else None
-        row["f1_values"] = [_score(m, "f1") for _, m in runs]
+        row["f1_values"] = [v for v in (_score(m, "f1") for _, m in runs) if v is not None]
         rows.append(row)
     return manifest, rows, problems
 
@@ -130,7 +130,13 @@ def main(argv):
     manifest, rows, problems = collect(sweep_dir)
     write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
     write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
-    plot(rows, sweep_dir / "f1_by_combination.png")
+    written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
+    try:
+        plot(rows, sweep_dir / "f1_by_combination.png")
+        written.append(sweep_dir / "f1_by_combination.png")
+    except ImportError:
+        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)",
+              file=sys.stderr)
 
     from rich.console import Console
     from rich.table import Table
@@ -139,19 +145,18 @@ def main(argv):
     for col in ("combination", "seeds", "done", "EM mean ± std", "EM min–max", "F1 mean ± std", "F1 min–max",
                 "samples/s", "wall s"):
         table.add_column(col, justify="left" if col in ("combination", "seeds") else "right")
+    def pair(a, b, sep):  # "-" for runs without the value (not finished, or trained with --no-eval)
+        return "-" if a is None else f"{a:.2f}{sep}{b:.2f}"
+
     for r in rows:
-        done = f"{r['finished']}/{r['runs']}"
-        if r["finished"]:
-            table.add_row(r["combination"], r["seeds"], done, f"{r['em_mean']:.2f} ± {r['em_std']:.2f}",
-                          f"{r['em_min']:.2f}–{r['em_max']:.2f}", f"{r['f1_mean']:.2f} ± {r['f1_std']:.2f}",
-                          f"{r['f1_min']:.2f}–{r['f1_max']:.2f}", f"{r['samples_per_second']:.1f}",
-                          f"{r['wall_time_s']:.0f}")
-        else:
-            table.add_row(r["combination"], "-", done, *["-"] * 6)
+        speed, wall = r["samples_per_second"], r["wall_time_s"]
+        table.add_row(r["combination"], r["seeds"] or "-", f"{r['finished']}/{r['runs']}",
+                      pair(r["em_mean"], r["em_std"], " ± "), pair(r["em_min"], r["em_max"], "–"),
+                      pair(r["f1_mean"], r["f1_std"], " ± "), pair(r["f1_min"], r["f1_max"], "–"),
+                      "-" if speed is None else f"{speed:.1f}", "-" if wall is None else f"{wall:.0f}")
     console = Console()
     console.print(table)
     for name, seed, status in problems:
         console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
-    console.print(f"wrote {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}, "
-                  f"{sweep_dir / 'f1_by_combination.png'}")
+    console.print(f"wrote {', '.join(map(str, written))}")
     return 0

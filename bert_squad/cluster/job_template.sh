@@ -1,6 +1,6 @@
 #!/bin/bash
 # bert-squad training job, site "{{site}}": {{description}}
-# Rendered by `{{command}}` from bert_squad/job_template.sh and bert_squad/sites.json: change those, not this.
+# Rendered by `{{command}}` from bert_squad/cluster/job_template.sh and sites.json: change those, not this.
 # Usage, from the repository root:  sbatch [sbatch options] <this script> [training arguments]
 # With no training arguments the site defaults below run. Environment knobs: BERT_SQUAD_RUNTIME
 # (sarus|singularity|apptainer|none), BERT_SQUAD_IMAGE, BERT_SQUAD_LAUNCHER (mpirun|srun),
@@ -14,7 +14,7 @@ die() { echo "bert-squad: error: $*" >&2; exit 2; }
 # sbatch runs a spooled copy of this file, so the checkout is found from the submit directory.
 export BERT_SQUAD_REPO=${BERT_SQUAD_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}
 cd "$BERT_SQUAD_REPO"
-[ -d configs ] || die "$BERT_SQUAD_REPO has no configs/: submit from the repository root or set BERT_SQUAD_REPO"
+[ -d bert_squad ] || die "$BERT_SQUAD_REPO has no bert_squad/: submit from the repository root or set BERT_SQUAD_REPO"
 [ -n "${SLURM_JOB_ID:-}" ] || die "not inside a Slurm job: submit with sbatch, or run it inside salloc"
 
 {{modules}}
@@ -38,36 +38,6 @@ if [ "$#" -gt 0 ]; then
 else
   TRAIN_ARGS=({{train_args}})
 fi
-
-# Fail here, in seconds, rather than in every rank after the containers started. The layout is
-# bert_squad.model.cached_model_dir and bert_squad.data.hub_dataset_dir (a test keeps them in step).
-check_cache() {
-  local model=bert-base-uncased dataset=squad train_file="" cache=$BERT_SQUAD_CACHE
-  while [ "$#" -gt 0 ]; do
-    case "$1" in
-      --model|--dataset|--train-file|--cache-dir)
-        [ "$#" -ge 2 ] || break
-        case "$1" in
-          --model) model=$2 ;; --dataset) dataset=$2 ;; --train-file) train_file=$2 ;; --cache-dir) cache=$2 ;;
-        esac
-        shift ;;
-      --model=*) model=${1#*=} ;;
-      --dataset=*) dataset=${1#*=} ;;
-      --train-file=*) train_file=${1#*=} ;;
-      --cache-dir=*) cache=${1#*=} ;;
-      --download-only) die "--download-only needs internet: run it on a login node, not in a job" ;;
-    esac
-    shift
-  done
-  local hint="on a login node run: python -m bert_squad --download-only --model $model --dataset $dataset --cache-dir $cache"
-  if [ ! -d "$model" ] && [ ! -f "$cache/models/${model//\//--}/config.json" ]; then
-    die "model '$model' is not in the cache $cache ($hint)"
-  fi
-  if [ -z "$train_file" ] && [ ! -d "$cache/datasets/$dataset" ]; then
-    die "dataset '$dataset' is not in the cache $cache ($hint)"
-  fi
-}
-check_cache "${TRAIN_ARGS[@]}"
 
 read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 # Bind the scratch, the checkout and the cache, each once (a path under another is already visible).
@@ -101,11 +71,11 @@ case "$RUNTIME" in
   *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use sarus, singularity, apptainer or none" ;;
 esac
 
-# Explicit rendezvous, so DeepSpeed skips its MPI discovery (its `hostname -I` guess picks the wrong
-# interface on many clusters). The port follows the job id: two jobs sharing a node don't collide.
-hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
-export MASTER_ADDR=${hosts%%$'\n'*}
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+# Fail here, in seconds, rather than in every rank after the containers started: the package itself
+# says whether the run's model and dataset are in the cache (one definition of its layout).
+# shellcheck disable=SC2016  # expanded inside the container
+"${RUN[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad check-cache "$@" >/dev/null' \
+  check-cache "${TRAIN_ARGS[@]}" || exit 2
 
 # Each rank, inside the container: its place from the launcher's variables, then its own GPU.
 # shellcheck disable=SC2016  # expanded by the ranks, not here
@@ -128,7 +98,9 @@ case "$LAUNCHER" in
 esac
 CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${TRAIN_ARGS[@]}")
 
-echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), master $MASTER_ADDR:$MASTER_PORT"
+# Rendezvous: every rank derives MASTER_ADDR (first host of SLURM_JOB_NODELIST) and MASTER_PORT (from
+# the job id, so two jobs sharing a node don't collide) itself, in bert_squad.distributed.detect.
+echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), nodes $SLURM_JOB_NODELIST"
 echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
 printf 'bert-squad: training arguments:'; printf ' %q' "${TRAIN_ARGS[@]}"; echo
 printf 'bert-squad: running:'; printf ' %q' "${CMD[@]}"; echo

@@ -2,18 +2,21 @@
 
 Site facts live in sites.json and the shell in job_template.sh; slurm/<site>.sbatch are the renders of
 each site's defaults (`make slurm-renders`), and a test keeps them equal to this module's output.
+A script is rendered from a `JobSpec`, which `launch` builds from its command line and `sweep` directly.
 """
 
 import argparse
-import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from bert_squad.errors import UserError
+from bert_squad.files import read_json
 
 HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
@@ -22,8 +25,21 @@ TEMPLATE_FILE = HERE / "job_template.sh"
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """Where and how long a job runs; what `render` needs besides the training arguments."""
+
+    site: str
+    nodes: int = 1
+    gpus_per_node: Optional[int] = None  # ranks per node; None: the site's GPUs per node
+    time: Optional[str] = None  # Slurm wall-clock limit
+    account: Optional[str] = None
+    partition: Optional[str] = None  # None: the site's
+    requeue: bool = False  # requeue the job after a checkpointed stop (exit 75)
+
+
 def load_sites():
-    sites = json.loads(SITES_FILE.read_text())
+    sites = read_json(SITES_FILE)
     return {name: site for name, site in sites.items() if not name.startswith("_")}
 
 
@@ -61,41 +77,41 @@ def split_argv(argv):
     return argv, []
 
 
-def sbatch_options(site, args, gpus, extra=None):
+def sbatch_options(site, spec, gpus, extra=None):
     """#SBATCH lines: the site's, then the options given, then `extra` (e.g. a sweep's --array)."""
-    opts = {"job-name": "bert-squad", "nodes": args.nodes, "ntasks-per-node": max(gpus, 1)}
+    opts = {"job-name": "bert-squad", "nodes": spec.nodes, "ntasks-per-node": max(gpus, 1)}
     if gpus and site["gpus_per_node_option"]:
         opts["gpus-per-node"] = gpus
     opts.update(site["sbatch"])
     if gpus == 0:
         opts.pop("mem-per-gpu", None)
-    for key in ("time", "account", "partition"):
-        if getattr(args, key):
-            opts[key] = getattr(args, key)
+    opts.update({key: value for key, value in (("time", spec.time), ("account", spec.account),
+                                                ("partition", spec.partition)) if value})
     # B: the warning goes to the batch shell only, whose trap forwards it to the launcher.
     opts["signal"] = f"B:USR1@{site['signal_seconds']}"
     opts["output"] = "bert-squad-%j.out"
-    if args.requeue:
+    if spec.requeue:
         opts["requeue"] = None
         opts["open-mode"] = "append"  # a requeued run appends to the log instead of truncating it
     opts.update(extra or {})
     return "\n".join(f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={v}" for k, v in opts.items())
 
 
-def check(site_name, site, args):
-    if args.nodes < 1:
-        raise UserError(f"--nodes {args.nodes}: need at least 1 node")
-    gpus = site["gpus_per_node"] if args.gpus_per_node is None else args.gpus_per_node
+def check(spec, site):
+    """The spec's values against the site; returns the ranks per node."""
+    if spec.nodes < 1:
+        raise UserError(f"--nodes {spec.nodes}: need at least 1 node")
+    site_name = spec.site
+    gpus = site["gpus_per_node"] if spec.gpus_per_node is None else spec.gpus_per_node
     if gpus < 0:
         raise UserError(f"--gpus-per-node {gpus}: cannot be negative")
     if site["gpus_per_node"] and gpus > site["gpus_per_node"]:
         raise UserError(f"--gpus-per-node {gpus}: a {site_name} node has {site['gpus_per_node']} GPU(s)")
     if site["gpus_per_node"] and gpus == 0:
         raise UserError(f"--gpus-per-node 0: {site_name} runs on its GPUs")
-    if args.time and not TIME_RE.match(args.time):
-        raise UserError(f"--time {args.time!r}: use a Slurm time such as 30, 12:00:00 or 1-00:00:00")
-    for key in ("account", "partition"):
-        value = getattr(args, key)
+    if spec.time and not TIME_RE.match(spec.time):
+        raise UserError(f"--time {spec.time!r}: use a Slurm time such as 30, 12:00:00 or 1-00:00:00")
+    for key, value in (("account", spec.account), ("partition", spec.partition)):
         if value is not None and not re.fullmatch(r"[\w.-]+", value):
             raise UserError(f"--{key} {value!r}: letters, digits, '.', '_' and '-' only")
     return gpus
@@ -106,22 +122,22 @@ def shell_word(text):
     return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
 
 
-def render(site_name, args, train_args, command, extra_sbatch=None):
-    sites = load_sites()
-    site = sites[site_name]
-    gpus = check(site_name, site, args)
+def render(spec, train_args, command, extra_sbatch=None):
+    """The job script for `spec`; `command` is the command line shown in its header."""
+    site = load_sites()[spec.site]
+    gpus = check(spec, site)
     # The site's CPU masks map local rank i to the cores next to GCD i: only true on a whole node.
     cpu_bind = site["cpu_bind"] if gpus == site["gpus_per_node"] else ""
     values = {
-        "site": site_name,
+        "site": spec.site,
         "description": site["description"],
         "command": command,
-        "sbatch": sbatch_options(site, args, gpus, extra_sbatch),
+        "sbatch": sbatch_options(site, spec, gpus, extra_sbatch),
         "modules": "\n".join(f"module {m}" for m in site["modules"]) or "# (no modules: the environment of sbatch)",
         "site_env": "".join(f"export {k}={shell_word(v)}\n" for k, v in site["env"].items()),
         "runtime": site["runtime"],
         "launcher": site["launcher"],
-        "requeue": "1" if args.requeue else "0",
+        "requeue": "1" if spec.requeue else "0",
         "scratch": shell_word(site["scratch"]),
         "image": shell_word(site["image"]),
         "gpu_env": site["gpu_env"] if gpus else "",
@@ -166,11 +182,17 @@ def shown_command(prog, own, train_args):
     return command.replace("\n", "\\n")
 
 
+def job_spec(args, nodes=None):
+    """The JobSpec of parsed `launch` or `sweep` options (a sweep's runs are one node each)."""
+    return JobSpec(site=args.site, nodes=args.nodes if nodes is None else nodes, gpus_per_node=args.gpus_per_node,
+                   time=args.time, account=args.account, partition=args.partition, requeue=args.requeue)
+
+
 def main(argv):
     sites = load_sites()
     own, train_args = split_argv(list(argv))
     args = build_parser(sites).parse_args(own)
-    script = render(args.site, args, train_args, shown_command("bert-squad launch", own, train_args))
+    script = render(job_spec(args), train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
         submit(script)
         return 0

@@ -1,0 +1,71 @@
+"""The cache layout, in one place: where `--download-only` puts models and datasets and where runs
+(and the job script's fail-fast check) look for them. Compute nodes read it and never the network.
+
+    <cache>/models/<org>--<name>/   model and tokenizer, Hugging Face format
+    <cache>/datasets/<name>/        a hub dataset saved with `datasets.save_to_disk`
+    <cache>/features/               tokenized features, keyed by data, tokenizer and window options
+"""
+
+import os
+from pathlib import Path
+
+from bert_squad.errors import UserError
+
+
+def default_cache_dir():
+    return os.environ.get("BERT_SQUAD_CACHE", "./cache")
+
+
+def model_dir(cache_dir, name):
+    return Path(cache_dir) / "models" / name.replace("/", "--")
+
+
+def dataset_dir(cache_dir, name):
+    return Path(cache_dir) / "datasets" / name
+
+
+def features_dir(cache_dir):
+    return Path(cache_dir) / "features"
+
+
+def download_hint(cache_dir, model=None, dataset=None):
+    what = (f" --model {model}" if model else "") + (f" --dataset {dataset}" if dataset else "")
+    return f"run `python -m bert_squad --download-only{what} --cache-dir {cache_dir}` on a machine with internet"
+
+
+def find_model(name_or_path, cache_dir):
+    """A directory holding config.json: the path itself, or the cached copy of a hub name."""
+    path, cached = Path(name_or_path), model_dir(cache_dir, name_or_path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"{path}: not a model directory (no config.json)")
+        return path
+    if (cached / "config.json").is_file():
+        return cached
+    raise UserError(f"model '{name_or_path}' is not in the cache {cached}: "
+                    f"{download_hint(cache_dir, model=name_or_path)}, or give a local model directory")
+
+
+def find_dataset(name, cache_dir):
+    path = dataset_dir(cache_dir, name)
+    if not (path / "dataset_dict.json").exists():
+        raise UserError(f"dataset '{name}' is not in the cache {path}: "
+                        f"{download_hint(cache_dir, dataset=name)}, or give --train-file/--eval-file")
+    return path
+
+
+def main(argv):
+    """`bert-squad check-cache <training arguments>`: are the run's model and dataset in the cache?
+
+    The job script runs this once, before it starts a container per rank."""
+    from bert_squad.config import parse_run_config
+
+    if argv[:2] == ["sweep", "run"]:  # a sweep's array task: the runs' common arguments follow `--`
+        argv = argv[argv.index("--") + 1:] if "--" in argv else []
+    data = parse_run_config(argv).data
+    if data.download_only:
+        raise UserError("--download-only needs internet: run it on a login node, not in a job")
+    print(f"model: {find_model(data.model, data.cache_dir)}")
+    if not data.train_file:
+        print(f"dataset: {find_dataset(data.dataset, data.cache_dir)}")
+    return 0

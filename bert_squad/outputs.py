@@ -1,0 +1,18 @@
+"""What a run writes into its --output-dir, and the one test of whether it finished.
+
+`train_metrics.json` is written last, by rank 0, after the model is exported and the final
+evaluation (if any) is written: its presence is what "this run finished" means, for `--resume`,
+sweeps and summaries alike. A stopped run (exit 75) leaves checkpoints and no final metrics.
+"""
+
+from pathlib import Path
+
+TRAIN_METRICS = "train_metrics.json"
+EVAL_METRICS = "eval_metrics.json"
+PREDICTIONS = "predictions.json"
+NBEST = "nbest_predictions.json"
+NULL_ODDS = "null_odds.json"
+
+
+def finished(run_dir):
+    return (Path(run_dir) / TRAIN_METRICS).is_file()
