@@ -83,7 +83,9 @@ def _modernbert(texts):
     specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
     tok = _byte_level_bpe(texts, specials, normalizers.NFC())
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    # ByteLevel first: it trims the leading space off each token's offsets (TemplateProcessing does not).
+    # ByteLevel trims the leading space off each token's offsets (TemplateProcessing does not). After the
+    # template it would lose the sequence ids; before it, as here, the first token of each overflow window
+    # keeps its space (tokenizers 0.22/0.23), so code that labels spans must not rely on trimmed offsets.
     tok.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=True),
         processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
