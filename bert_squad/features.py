@@ -13,7 +13,7 @@ import json
 
 from bert_squad import cache, distributed
 
-FEATURES_FORMAT = 1  # bump when the feature layout changes, so old caches are not reused
+FEATURES_FORMAT = 2  # bump when the feature layout changes, so old caches are not reused
 
 
 def _truncate_questions(tokenizer, questions, max_query_length):
@@ -24,11 +24,26 @@ def _truncate_questions(tokenizer, questions, max_query_length):
             for q, offsets in zip(questions, enc["offset_mapping"])]
 
 
+def _trim_offsets(text, offsets):
+    """A token's (start, end) without the whitespace SentencePiece (Metaspace) and byte-level BPE
+    tokenizers fold into it, so labels and predicted spans start and end on the answer's characters."""
+    start, end = offsets
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 def _tokenize(batch, tokenizer, win):
     questions = _truncate_questions(tokenizer, batch["question"], win.max_query_length)
-    return tokenizer(
+    enc = tokenizer(
         questions, batch["context"], truncation="only_second", max_length=win.max_seq_length,
         stride=win.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+    for i, offsets in enumerate(enc["offset_mapping"]):
+        context, seq_ids = batch["context"][enc["overflow_to_sample_mapping"][i]], enc.sequence_ids(i)
+        enc["offset_mapping"][i] = [_trim_offsets(context, o) if s == 1 else o for o, s in zip(offsets, seq_ids)]
+    return enc
 
 
 def prepare_train(batch, tokenizer, win):

@@ -42,7 +42,10 @@ def device_name(device):
 
 def model_shape(config):
     """(non-embedding parameters, layers, hidden size) from a transformers config."""
-    h, layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    # DistilBERT names them dim / n_layers / hidden_dim; the feed-forward is 4 x hidden where unnamed.
+    h = getattr(config, "hidden_size", None) or config.dim
+    layers = getattr(config, "num_hidden_layers", None) or config.n_layers
+    inter = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None) or 4 * h
     per_layer = 4 * h * h + 2 * h * inter  # q, k, v, o and the two feed-forward matmuls
     return per_layer * layers + 2 * h, layers, h  # + the span head
 

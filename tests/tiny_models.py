@@ -1,0 +1,184 @@
+"""Tiny, randomly initialised question-answering models of the encoder families the project supports.
+
+`build_tiny_model(family, out_dir)` writes a directory that loads offline with `AutoTokenizer` (fast)
+and `AutoModelForQuestionAnswering` under transformers 4.x and 5.x: a 2-layer model with hidden size 32
+(seeded) and a tokenizer trained here, with the `tokenizers` library, on the texts of the shipped
+sample. Each tokenizer has the kind of pipeline the family's real checkpoints use, since that is
+what decides whether answer offsets come out right:
+
+- bert, distilbert, electra: uncased WordPiece (BertNormalizer + BertPreTokenizer), [CLS] A [SEP] B [SEP];
+- roberta: byte-level BPE without a prefix space, offsets trimmed of the space (RobertaProcessing),
+  <s> A </s></s> B </s>;
+- modernbert: byte-level BPE (NFC, no prefix space, offsets trimmed), [CLS] A [SEP] B [SEP], no
+  token_type_ids;
+- deberta-v3: SentencePiece-style Unigram with Metaspace ("▁", prepended always), NFKC, [CLS] A [SEP] B [SEP].
+"""
+
+import json
+from pathlib import Path
+
+FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert")
+VOCAB_SIZE = 1000
+HIDDEN, LAYERS, HEADS = 32, 2, 2
+
+
+def sample_texts():
+    from conftest import sample_path
+
+    texts = []
+    for name in ("train-v1.1.json", "dev-v1.1.json", "dev-v2.0.json"):
+        for article in json.loads(sample_path(name).read_text())["data"]:
+            for para in article["paragraphs"]:
+                texts.append(para["context"])
+                texts.extend(qa["question"] for qa in para["qas"])
+    return texts
+
+
+# --- tokenizers ---------------------------------------------------------------------------------
+
+def _wordpiece(texts):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                     mask_token="[MASK]")
+
+
+def _byte_level_bpe(texts, specials, normalizer=None):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+def _roberta(texts):
+    from tokenizers import processors
+
+    tok = _byte_level_bpe(texts, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tok.post_processor = processors.RobertaProcessing(  # (sep, cls) positional: tokenizers 0.23 has no keywords
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False)
+    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>",
+                     cls_token="<s>", pad_token="<pad>", mask_token="<mask>",
+                     add_prefix_space=False, trim_offsets=True)
+
+
+def _modernbert(texts):
+    from tokenizers import normalizers, processors
+
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    tok = _byte_level_bpe(texts, specials, normalizers.NFC())
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    # ByteLevel trims the leading space off each token's offsets (TemplateProcessing does not). After the
+    # template it would lose the sequence ids; before it, as here, the first token of each overflow window
+    # keeps its space (tokenizers 0.22/0.23), so code that labels spans must not rely on trimmed offsets.
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=True),
+        processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])])
+    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                     mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
+
+
+def _unigram(texts):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([
+        normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(texts, trainers.UnigramTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=specials, unk_token="[UNK]"))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                     mask_token="[MASK]", do_lower_case=False, split_by_punct=False)
+
+
+# family -> (tokenizer builder, transformers tokenizer class, model config class, QA model class)
+_SPECS = {
+    "bert": (_wordpiece, "BertTokenizerFast", "BertConfig", "BertForQuestionAnswering"),
+    "distilbert": (_wordpiece, "DistilBertTokenizerFast", "DistilBertConfig", "DistilBertForQuestionAnswering"),
+    "electra": (_wordpiece, "ElectraTokenizerFast", "ElectraConfig", "ElectraForQuestionAnswering"),
+    "roberta": (_roberta, "RobertaTokenizerFast", "RobertaConfig", "RobertaForQuestionAnswering"),
+    "modernbert": (_modernbert, "PreTrainedTokenizerFast", "ModernBertConfig", "ModernBertForQuestionAnswering"),
+    "deberta-v3": (_unigram, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
+}
+
+
+def _config_kwargs(family, tokenizer):
+    ids = {name: tokenizer.convert_tokens_to_ids(getattr(tokenizer, name))
+           for name in ("pad_token", "cls_token", "sep_token")}
+    common = dict(vocab_size=len(tokenizer), pad_token_id=ids["pad_token"])
+    if family == "distilbert":
+        return dict(common, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=HIDDEN * 2,
+                    max_position_embeddings=512)
+    bert_like = dict(common, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                     intermediate_size=HIDDEN * 2)
+    if family == "bert":
+        return dict(bert_like, max_position_embeddings=512)
+    if family == "electra":
+        return dict(bert_like, embedding_size=HIDDEN, max_position_embeddings=512)
+    if family == "roberta":  # positions start after the padding index, as in roberta-base
+        return dict(bert_like, max_position_embeddings=514, type_vocab_size=1,
+                    bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
+    if family == "deberta-v3":  # deberta-v3-base's attention settings, scaled down
+        return dict(bert_like, max_position_embeddings=512, relative_attention=True, position_buckets=256,
+                    norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+                    position_biased_input=False, max_relative_positions=-1, type_vocab_size=0)
+    if family == "modernbert":
+        return dict(bert_like, max_position_embeddings=512, local_attention=64, global_attn_every_n_layers=2,
+                    cls_token_id=ids["cls_token"], sep_token_id=ids["sep_token"],
+                    bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
+    raise ValueError(family)
+
+
+def build_tiny_model(family, out_dir, seed=0):
+    """Write a tiny `family` QA model and its fast tokenizer (trained offline on the sample) to `out_dir`."""
+    import torch
+    import transformers
+
+    if family not in _SPECS:
+        raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    build_tok, tok_cls, config_cls, model_cls = _SPECS[family]
+    backend, kwargs = build_tok(sample_texts())
+    tokenizer = getattr(transformers, tok_cls)(tokenizer_object=backend, **kwargs)
+    tokenizer.model_max_length = 512
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out_dir))
+    if tok_cls == "PreTrainedTokenizerFast":
+        # transformers 5 records its generic class as "TokenizersBackend", which 4.x cannot load; the
+        # name real checkpoints (ModernBERT) carry loads in both.
+        config_file = out_dir / "tokenizer_config.json"
+        tok_config = json.loads(config_file.read_text())
+        tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(tok_config, indent=2, ensure_ascii=False) + "\n")
+    config = getattr(transformers, config_cls)(**_config_kwargs(family, tokenizer))
+    torch.manual_seed(seed)
+    getattr(transformers, model_cls)(config).save_pretrained(str(out_dir))
+    return out_dir
+
+
+if __name__ == "__main__":  # python tests/tiny_models.py FAMILY OUT_DIR
+    import sys
+
+    print(build_tiny_model(sys.argv[1], sys.argv[2]))
