@@ -108,8 +108,12 @@ case "$RUNTIME" in
       RUN+=(-b "$m:$m")
     done
     RUN+=("${RUNTIME_FLAGS[@]}" "$IMAGE" --)
-    # ch-run binds only onto directories the image has (the host's /tmp is bound at /tmp): try it once here.
+    # ch-run binds only onto paths the image has (the host's /tmp is bound at /tmp), /etc/hosts included:
+    # try it once here, and that the ranks can resolve the master (else the rendezvous waits forever).
+    nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
     out=$("${RUN[@]}" true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
+    "${RUN[@]}" getent hosts "${nodes%%$'\n'*}" >/dev/null \
+      || die "${nodes%%$'\n'*} does not resolve inside $IMAGE: the image needs an /etc/hosts file (ch-run binds the host's onto it)"
     # With a SquashFS image ch-run stays the FUSE server and is not the rank: USR1, sent to the whole
     # process group, would kill it. Inherited as ignored, it reaches only python, whose handler replaces that.
     RUN=(bash -c 'trap "" USR1; exec "$@"' ch-run-ignoring-usr1 "${RUN[@]}") ;;

@@ -17,12 +17,15 @@ die() { echo "charliecloud_image: error: $*" >&2; exit 2; }
 DEST=${1:-${BERT_SQUAD_CH_IMAGE:-${XDG_CACHE_HOME:-$HOME/.cache}/bert-squad/ch-bookworm}}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What only this image has: the tests check it from inside each rank (the host has no such file).
+# VERSION: raise it when the recipe below changes, and an image built by an older recipe is rebuilt.
 MARKER=etc/bert-squad-ch-test-image
+VERSION=2
 # bash and coreutils are in minbase; procps for ps/pgrep in the ranks; the rest are the libraries of
 # the host's pyenv Python modules (ssl, ctypes, sqlite3, bz2, lzma, readline, curses, zlib, expat, uuid).
 PACKAGES=procps,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libncursesw6,zlib1g,libexpat1,libuuid1
 
-if [ -f "$DEST/$MARKER" ]; then
+current() { grep -qs "^bert-squad Charliecloud test image v$VERSION:" "$DEST/$MARKER"; }
+if current; then
   echo "$DEST"
   exit 0
 fi
@@ -31,17 +34,22 @@ command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get 
 mkdir -p "$(dirname "$DEST")"
 exec 9>"$DEST.lock"
 flock 9
-if [ -f "$DEST/$MARKER" ]; then  # another session built it while we waited for the lock
+if current; then  # another session built it while we waited for the lock
   echo "$DEST"
   exit 0
 fi
-[ ! -e "$DEST" ] || die "$DEST exists but is not a finished image (no /$MARKER): remove it"
+[ ! -e "$DEST" ] || [ -f "$DEST/$MARKER" ] || die "$DEST exists but is not an image this script built (no /$MARKER): remove it"
 tmp=$(mktemp -d "$DEST.tmp.XXXXXX")
 trap 'rm -rf --one-file-system "$tmp"' EXIT
 echo "charliecloud_image: building $DEST (debootstrap bookworm from $MIRROR, a few minutes)" >&2
 debootstrap --variant=minbase --include="$PACKAGES" bookworm "$tmp/root" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 \
   || { tail -n 20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
 rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
-echo "bert-squad Charliecloud test image: Debian $(cat "$tmp/root/etc/debian_version") minbase" > "$tmp/root/$MARKER"
+# ch-run binds the host's /etc/hosts and /etc/machine-id only onto files the image has; debootstrap makes
+# neither, and without /etc/hosts the ranks cannot resolve MASTER_ADDR (torch's rendezvous then waits forever).
+touch "$tmp/root/etc/hosts" "$tmp/root/etc/machine-id"
+echo "bert-squad Charliecloud test image v$VERSION: Debian $(cat "$tmp/root/etc/debian_version") minbase" > "$tmp/root/$MARKER"
+# An older version moves aside first (sessions that hard-linked it keep their copies), then the new one in.
+[ ! -e "$DEST" ] || mv -T "$DEST" "$tmp/old"
 mv -T "$tmp/root" "$DEST"
 echo "$DEST"
