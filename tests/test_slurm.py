@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, require_mpirun, run_bert_squad
+from standin_runtime import RANK_ENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -138,6 +139,9 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
         # The environment the ranks need passes through the runtime (its default; no --cleanenv).
         assert call["env"]["MASTER_ADDR"] and call["env"]["MASTER_PORT"] == str(20000 + int(job) % 20000)
         assert call["env"]["BERT_SQUAD_REPO"] == str(ROOT) and call["env"]["HF_HUB_OFFLINE"] == "1"
+        # All that the ranks need, as tests/test_charliecloud.py checks inside a real container.
+        missing = [k for k in RANK_ENV["job"] + RANK_ENV[launcher] if call["env"][k] is None]
+        assert not missing, f"not passed to the runtime: {missing}"
 
 
 def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
