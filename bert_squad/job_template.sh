@@ -107,11 +107,14 @@ case "$RUNTIME" in
       [ -d "$m" ] || die "mount source $m does not exist: create it or point BERT_SQUAD_SCRATCH/BERT_SQUAD_CACHE elsewhere"
       RUN+=(-b "$m:$m")
     done
-    RUN+=("${RUNTIME_FLAGS[@]}" "$IMAGE" --)
+    RUN+=("${RUNTIME_FLAGS[@]}")
     # ch-run binds only onto paths the image has (the host's /tmp is bound at /tmp), /etc/hosts included:
     # try it once here, and that the ranks can resolve the master (else the rendezvous waits forever).
     nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
-    out=$("${RUN[@]}" true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
+    out=$("${RUN[@]}" "$IMAGE" -- true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
+    # The image's ENV (ch-image keeps it in /ch/environment), as Sarus and Singularity apply theirs.
+    if "${RUN[@]}" "$IMAGE" -- test -f /ch/environment; then RUN+=(--set-env); fi
+    RUN+=("$IMAGE" --)
     "${RUN[@]}" getent hosts "${nodes%%$'\n'*}" >/dev/null \
       || die "${nodes%%$'\n'*} does not resolve inside $IMAGE: the image needs an /etc/hosts file (ch-run binds the host's onto it)"
     # With a SquashFS image ch-run stays the FUSE server and is not the rank: USR1, sent to the whole

@@ -43,7 +43,7 @@ if b"bert_squad" in _argv and os.environ.get("CH_PROBE_DIR"):
     _fstype = _root[_root.index("-") + 1]
     with open(f"/proc/{{os.getppid()}}/comm") as _f:
         _parent = _f.read().strip()
-    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING"]!r}
+    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV"]!r}
     with open(os.path.join(os.environ["CH_PROBE_DIR"], f"{{os.getpid()}}.json"), "w") as _f:
         json.dump({{"marker": _marker, "root_fs": _fstype, "parent": _parent,
                    "env": {{k: os.environ.get(k) for k in _names}}}}, _f)
@@ -73,6 +73,9 @@ def ch_image(tmp_path_factory):
     subprocess.run(["cp", "-al", str(cached), str(image)], check=True)
     for path in [*_interpreter_dirs(), str(ROOT)]:
         (image / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    # The image's ENV as ch-image writes it: the job applies it (ch-run --set-env), as Sarus/Singularity do.
+    (image / "ch").mkdir()
+    (image / "ch" / "environment").write_text("BERT_SQUAD_IMAGE_ENV=from-image\n")
     return image
 
 
@@ -127,6 +130,7 @@ def assert_ranks_ran_inside(records, launcher, image_kind, job):
         assert not missing, f"not visible inside the container: {missing}"
         assert rec["env"]["MASTER_PORT"] == str(20000 + int(job) % 20000) and rec["env"]["HF_HUB_OFFLINE"] == "1"
         assert rec["env"]["BERT_SQUAD_REPO"] == str(ROOT) and rec["env"]["TMPDIR"] is None
+        assert rec["env"]["BERT_SQUAD_IMAGE_ENV"] == "from-image", rec
         # A directory image: ch-run execs into the rank command, python is the launcher's child.
         # A SquashFS image: ch-run stays as the FUSE server, python is its child.
         if image_kind == "squashfs":
