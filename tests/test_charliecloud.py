@@ -23,7 +23,7 @@ import pytest
 
 import standin_runtime
 from conftest import ROOT, require_mpirun
-from test_slurm import GENERIC, finished, job_env, submit
+from test_slurm import finished, job_env, submit
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 
