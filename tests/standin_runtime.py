@@ -12,6 +12,17 @@ import json
 import os
 import sys
 
+# The variables the ranks need from the batch shell and the launcher. The stand-in records them as it
+# sees them; tests/test_charliecloud.py checks the same lists inside a real (Charliecloud) container.
+RANK_ENV = {
+    "job": ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NTASKS", "BERT_SQUAD_REPO", "BERT_SQUAD_WORK",
+            "BERT_SQUAD_CACHE", "BERT_SQUAD_GPU_ENV", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+            "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PATH"),
+    "mpirun": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    "srun": ("SLURM_PROCID", "SLURM_LOCALID"),
+}
+RECORDED_ENV = tuple(name for names in RANK_ENV.values() for name in names)
+
 # Options that take a separate value (`-B src:dst`); `--opt=value` forms need no entry.
 VALUED = {
     "sarus": {"-e", "--env", "--entrypoint", "-w", "--workdir", "--mount", "--pid", "--device", "--annotation",
@@ -39,8 +50,7 @@ def main(argv):
             options.append(rest.pop(0))
     image, command = rest[0], rest[1:]
     record = {"name": name, "sub": sub, "options": options, "image": image, "command": command,
-              "env": {k: os.environ.get(k) for k in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "SLURM_JOB_ID",
-                                                      "SLURM_JOB_NODELIST", "BERT_SQUAD_REPO", "HF_HUB_OFFLINE")}}
+              "env": {k: os.environ.get(k) for k in RECORDED_ENV}}
     with open(os.environ["STANDIN_LOG"], "a") as log:
         log.write(json.dumps(record) + "\n")
     os.execvp(command[0], command)

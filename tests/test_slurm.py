@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, require_mpirun, run_bert_squad
+from standin_runtime import RANK_ENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -143,6 +144,9 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
         # rank derives the rendezvous from the job's id and node list.
         assert call["env"]["SLURM_JOB_ID"] == job and call["env"]["SLURM_JOB_NODELIST"]
         assert call["env"]["BERT_SQUAD_REPO"] == str(ROOT) and call["env"]["HF_HUB_OFFLINE"] == "1"
+        # All that the ranks need, as tests/test_charliecloud.py checks inside a real container.
+        missing = [k for k in RANK_ENV["job"] + RANK_ENV[launcher] if call["env"][k] is None]
+        assert not missing, f"not passed to the runtime: {missing}"
 
 
 def test_missing_cache_fails_fast(slurm_cluster, tmp_path):

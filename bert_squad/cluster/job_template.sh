@@ -3,7 +3,7 @@
 # Rendered by `{{command}}` from bert_squad/cluster/job_template.sh and sites.json: change those, not this.
 # Usage, from the repository root:  sbatch [sbatch options] <this script> [training arguments]
 # With no training arguments the site defaults below run. Environment knobs: BERT_SQUAD_RUNTIME
-# (sarus|singularity|apptainer|none), BERT_SQUAD_IMAGE, BERT_SQUAD_LAUNCHER (mpirun|srun),
+# (sarus|singularity|apptainer|charliecloud|none), BERT_SQUAD_IMAGE, BERT_SQUAD_LAUNCHER (mpirun|srun),
 # BERT_SQUAD_REQUEUE (1: requeue after a checkpointed stop), BERT_SQUAD_SCRATCH, BERT_SQUAD_WORK,
 # BERT_SQUAD_CACHE, BERT_SQUAD_RUNTIME_FLAGS (extra runtime options, e.g. --nv), BERT_SQUAD_REPO.
 {{sbatch}}
@@ -67,8 +67,31 @@ case "$RUNTIME" in
     RUN=("$RUNTIME" exec)
     for m in "${MOUNTS[@]}"; do RUN+=(-B "$m:$m"); done
     RUN+=("${RUNTIME_FLAGS[@]}" "$IMAGE") ;;
+  charliecloud)
+    command -v ch-run >/dev/null || die "ch-run is not on PATH (module load charliecloud)"
+    [ -n "$IMAGE" ] || die "set BERT_SQUAD_IMAGE to the image directory or SquashFS file"
+    [[ -d $IMAGE || -f $IMAGE ]] || die "image $IMAGE is absent: ch-convert the image to a directory or SquashFS first (containers/README.md)"
+    export USER=${USER:-$(id -un)}  # ch-run refuses to start without it
+    RUN=(ch-run)
+    for m in "${MOUNTS[@]}"; do
+      [ -d "$m" ] || die "mount source $m does not exist: create it or point BERT_SQUAD_SCRATCH/BERT_SQUAD_CACHE elsewhere"
+      RUN+=(-b "$m:$m")
+    done
+    RUN+=("${RUNTIME_FLAGS[@]}")
+    # ch-run binds only onto paths the image has (the host's /tmp is bound at /tmp), /etc/hosts included:
+    # try it once here, and that the ranks can resolve the master (else the rendezvous waits forever).
+    nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+    out=$("${RUN[@]}" "$IMAGE" -- true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
+    # The image's ENV (ch-image keeps it in /ch/environment), as Sarus and Singularity apply theirs.
+    if "${RUN[@]}" "$IMAGE" -- test -f /ch/environment; then RUN+=(--set-env); fi
+    RUN+=("$IMAGE" --)
+    "${RUN[@]}" getent hosts "${nodes%%$'\n'*}" >/dev/null \
+      || die "${nodes%%$'\n'*} does not resolve inside $IMAGE: the image needs an /etc/hosts file (ch-run binds the host's onto it)"
+    # With a SquashFS image ch-run stays the FUSE server and is not the rank: USR1, sent to the whole
+    # process group, would kill it. Inherited as ignored, it reaches only python, whose handler replaces that.
+    RUN=(bash -c 'trap "" USR1; exec "$@"' ch-run-ignoring-usr1 "${RUN[@]}") ;;
   none) RUN=() ;;
-  *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use sarus, singularity, apptainer or none" ;;
+  *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use sarus, singularity, apptainer, charliecloud or none" ;;
 esac
 
 # Fail here, in seconds, rather than in every rank after the containers started: the package itself
