@@ -209,10 +209,6 @@ HOSTS_BEGIN = f"# >>> {PREFIX}: bert_squad multinode test cluster (tests/slurm_c
 HOSTS_END = f"# <<< {PREFIX}: bert_squad multinode test cluster <<<"
 LOCK = Path(f"/run/{PREFIX}.lock")
 DEFAULT_SUBNET = "10.213.77"  # /24; .1 is the bridge (slurmctld), .11, .12, ... the nodes
-# Open MPI across the namespaces: its TCP traffic (the orted wire-up and the ranks' messages) on the
-# bridge subnet only, never loopback or the machine's own interfaces. The job template passes the
-# environment through to mpirun, so these ride along in every job.
-OMPI_SUBNET_ENV = ("OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")
 
 
 def _ip(*args, check=True):
@@ -410,6 +406,10 @@ def multinode_slurm(root, count=2, cpus=2, subnet=DEFAULT_SUBNET):
             nodes=[f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
                    for n in nodes],
             extra="SlurmdTimeout=20\n"))
+        # Open MPI: its TCP traffic (the orted wire-up, oob, and the ranks' messages, btl) on the bridge
+        # subnet only. A node's namespace has only lo and eth0, and Open MPI skips loopback for remote
+        # peers, so mpirun and mpi4py across the nodes also work without these (checked); they keep it
+        # that way on a machine with more interfaces. sbatch exports them to every job (and mpirun).
         env = {**os.environ, "SLURM_CONF": str(conf),
                "OMPI_MCA_btl": "tcp,self",
                "OMPI_MCA_btl_tcp_if_include": f"{subnet}.0/24",

@@ -81,9 +81,10 @@ def test_srun_hostname_runs_twice_on_each_node(multinode_cluster, tmp_path):
 def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
     require_mpirun()
     size = 2 * len(multinode_cluster.nodes)
+    # One write per line: unbuffered print() writes piece by piece, and the ranks of a node share the file.
     prog = ("import os, socket; e = os.environ; "
-            "print('rank', e['OMPI_COMM_WORLD_RANK'], e['OMPI_COMM_WORLD_SIZE'], e['OMPI_COMM_WORLD_LOCAL_RANK'], "
-            "socket.gethostname())")
+            "os.write(1, ' '.join(['rank', e['OMPI_COMM_WORLD_RANK'], e['OMPI_COMM_WORLD_SIZE'], "
+            "e['OMPI_COMM_WORLD_LOCAL_RANK'], socket.gethostname()]).encode() + bytes([10]))")
     info, text = run_job(multinode_cluster, tmp_path, f'mpirun -np {size} python -c "{prog}"')
     assert_ok(info, text)
     ranks = [line.split()[1:] for line in text.splitlines() if line.startswith("rank ")]
@@ -96,21 +97,23 @@ def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
     assert all(sorted(local for _, local in v) == [0, 1] for v in by_node.values()), text
 
 
-GLOO = """
+GLOO = r"""
 import os, socket, sys, time
 from datetime import timedelta
 import hostlist, torch, torch.distributed as dist
 from bert_squad.distributed import job_port
 e = os.environ
+def say(*words):  # one write per line: the ranks of a node share the output file
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
 rank, size = int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"])
 addr, port = hostlist.expand_hostlist(e["SLURM_JOB_NODELIST"])[0], job_port(e["SLURM_JOB_ID"])
 dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
                         timeout=timedelta(seconds=float(sys.argv[1])))
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
-print("sum", rank, socket.gethostname(), t.item(), flush=True)
+say("sum", rank, socket.gethostname(), t.item())
 if sys.argv[2] == "loop":
-    print("looping", rank, socket.gethostname(), flush=True)
+    say("looping", rank, socket.gethostname())
     while True:
         dist.all_reduce(torch.ones(1))
         time.sleep(0.05)
@@ -129,6 +132,7 @@ def test_gloo_all_reduce_across_nodes(multinode_cluster, tmp_path):
     assert collections.Counter(s[2] for s in sums) == {n.name: 2 for n in multinode_cluster.nodes}, text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["crash", "power-loss"])
 def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
     """The last node is lost while the ranks are in a gloo loop (its slurmd and the job's processes there
@@ -221,6 +225,30 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == size and metrics["steps"] == 4
+
+
+@pytest.mark.slow
+@LAUNCHERS
+def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
+    """No job script: `mpirun|srun python -m bert_squad` in a 2-node job, so bert_squad.distributed.detect
+    alone derives rank, MASTER_ADDR (first host of SLURM_JOB_NODELIST) and the port (job_port)."""
+    if launcher == "mpirun":
+        require_mpirun()
+    c = multinode_cluster
+    size = 2 * len(c.nodes)
+    out = tmp_path / "model"
+    args = " ".join(map(str, ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2",
+                              "--max-seq-length", "128", "--doc-stride", "48", "--no-eval",
+                              "--deepspeed_config", "configs/ds_fp32.json", "--output-dir", out,
+                              "--cache-dir", tmp_path / "cache"]))
+    launch = f"mpirun -np {size} --bind-to none" if launcher == "mpirun" else "srun"
+    info, text = run_job(c, tmp_path, f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n"
+                                      f"{launch} python -m bert_squad {args}", timeout=600,
+                         env=job_env(tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    assert_ok(info, text)
+    assert_spans_nodes(text, size)
+    assert re.search(rf"rank 0/{size} .*launcher {launcher} master node1:\d+", text), text[-3000:]
+    assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
 
 
 def long_training(tiny_model, sample_train, out):
