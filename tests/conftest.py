@@ -151,5 +151,6 @@ def require_mpirun():
         pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")
 
 
-# A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests.
-from slurm_cluster import slurm_cluster  # noqa: E402,F401
+# A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, and a
+# real multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py).
+from slurm_cluster import multinode_cluster, slurm_cluster  # noqa: E402,F401

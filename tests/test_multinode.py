@@ -1,0 +1,308 @@
+"""A real multi-node Slurm (tests/slurm_cluster.py: `multinode_cluster`): node1, node2 are network
+namespaces on a private bridge, each with its own slurmd and hostname. These tests prove that jobs,
+Open MPI and gloo really span the nodes, and that losing a node ends a job instead of hanging it.
+"""
+
+import collections
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, require_mpirun
+
+pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
+
+PY = sys.executable  # the project's venv (torch, python-hostlist)
+
+
+def job_env(tmp_path, **extra):
+    return {
+        "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
+def run_job(cluster, tmp_path, body, options=("--nodes=2", "--ntasks-per-node=2"), timeout=300, env=None):
+    """Submit a bash script `body`; returns (scontrol info, output text)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n")
+    log = tmp_path / "job-%j.out"
+    job = cluster.sbatch(script, [*options, f"--output={log}"], env=env or job_env(tmp_path), cwd=ROOT)
+    info = cluster.wait(job, timeout=timeout)
+    log = Path(str(log).replace("%j", job))
+    return info, log.read_text() if log.exists() else "(no log)"
+
+
+def assert_ok(info, text):
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
+
+
+def test_nodes_reach_each_other_only_on_the_bridge(multinode_cluster):
+    """A process in node1's namespace connects to node2's address (the path gloo and Open MPI take)."""
+    c = multinode_cluster
+    n1, n2 = c.nodes[:2]
+    server = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              f"s.bind(('{n2.addr}', 23456)); s.listen(); print('ready', flush=True); "
+              "conn, peer = s.accept(); print(peer[0], conn.recv(16).decode(), flush=True)")
+    import subprocess
+
+    srv = subprocess.Popen(c.netns_cmd(n2.name, sys.executable, "-c", server),
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        client = c.netns_run(n1.name, sys.executable, "-c",
+                             f"import socket; socket.create_connection(('{n2.name}', 23456), timeout=10).send(b'hello')")
+        assert client.returncode == 0, client.stderr
+        assert srv.stdout.readline().split() == [n1.addr, "hello"]
+    finally:
+        srv.kill()
+        srv.wait()
+    # Each node sees its own interfaces only: eth0 with its address, and loopback.
+    addrs = c.netns_run(n1.name, "ip", "-o", "-4", "addr").stdout
+    assert re.findall(r"inet (\S+)", addrs) == ["127.0.0.1/8", f"{n1.addr}/24"], addrs
+
+
+def test_srun_hostname_runs_twice_on_each_node(multinode_cluster, tmp_path):
+    info, text = run_job(multinode_cluster, tmp_path, 'echo "batch on $(hostname) nodes $SLURM_JOB_NODELIST"\nsrun hostname')
+    assert_ok(info, text)
+    names = [n.name for n in multinode_cluster.nodes]
+    assert f"batch on {names[0]} nodes node[1-{len(names)}]" in text, text
+    hosts = [line for line in text.splitlines() if not line.startswith("batch")]
+    assert collections.Counter(hosts) == {n: 2 for n in names}, text
+
+
+def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
+    require_mpirun()
+    size = 2 * len(multinode_cluster.nodes)
+    # One write per line: unbuffered print() writes piece by piece, and the ranks of a node share the file.
+    prog = ("import os, socket; e = os.environ; "
+            "os.write(1, ' '.join(['rank', e['OMPI_COMM_WORLD_RANK'], e['OMPI_COMM_WORLD_SIZE'], "
+            "e['OMPI_COMM_WORLD_LOCAL_RANK'], socket.gethostname()]).encode() + bytes([10]))")
+    info, text = run_job(multinode_cluster, tmp_path, f'mpirun -np {size} python -c "{prog}"')
+    assert_ok(info, text)
+    ranks = [line.split()[1:] for line in text.splitlines() if line.startswith("rank ")]
+    assert sorted(int(r[0]) for r in ranks) == list(range(size)), text
+    assert all(r[1] == str(size) for r in ranks), text
+    by_node = collections.defaultdict(list)
+    for rank, _, local, host in ranks:
+        by_node[host].append((int(rank), int(local)))
+    assert sorted(by_node) == [n.name for n in multinode_cluster.nodes], text
+    assert all(sorted(local for _, local in v) == [0, 1] for v in by_node.values()), text
+
+
+GLOO = r"""
+import os, socket, sys, time
+from datetime import timedelta
+import hostlist, torch, torch.distributed as dist
+from bert_squad.distributed import job_port
+e = os.environ
+def say(*words):  # one write per line: the ranks of a node share the output file
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+rank, size = int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"])
+addr, port = hostlist.expand_hostlist(e["SLURM_JOB_NODELIST"])[0], job_port(e["SLURM_JOB_ID"])
+dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
+                        timeout=timedelta(seconds=float(sys.argv[1])))
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+say("sum", rank, socket.gethostname(), t.item())
+if sys.argv[2] == "loop":
+    say("looping", rank, socket.gethostname())
+    while True:
+        dist.all_reduce(torch.ones(1))
+        time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+
+def test_gloo_all_reduce_across_nodes(multinode_cluster, tmp_path):
+    (tmp_path / "gloo.py").write_text(GLOO)
+    size = 2 * len(multinode_cluster.nodes)
+    info, text = run_job(multinode_cluster, tmp_path, f"srun python {tmp_path}/gloo.py 120 once")
+    assert_ok(info, text)
+    sums = [line.split() for line in text.splitlines() if line.startswith("sum ")]
+    assert sorted(int(s[1]) for s in sums) == list(range(size)), text
+    assert {s[3] for s in sums} == {str(float(size * (size + 1) // 2))}, text
+    assert collections.Counter(s[2] for s in sums) == {n.name: 2 for n in multinode_cluster.nodes}, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["crash", "power-loss"])
+def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
+    """The last node is lost while the ranks are in a gloo loop (its slurmd and the job's processes there
+    are killed; for a power loss its link goes down first, so no connection is closed): the job ends in
+    bounded time, and the node comes back afterwards."""
+    c = multinode_cluster
+    victim = c.nodes[-1].name
+    (tmp_path / "gloo.py").write_text(GLOO)
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 15 loop\n")
+    log = tmp_path / "job.out"
+    job = c.sbatch(script, ["--nodes=2", "--ntasks-per-node=2", "--no-requeue", f"--output={log}"], env=job_env(tmp_path), cwd=ROOT)
+    try:
+        deadline = time.time() + 180
+        text = ""
+        while time.time() < deadline and text.count("looping") < 4:
+            assert c.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), text
+            time.sleep(0.5)
+            text = log.read_text() if log.exists() else ""
+        assert text.count("looping") == 4, text
+        killed_at = time.time()
+        assert c.kill_node(victim, cut_link=how == "power-loss")
+        info = c.wait(job, timeout=240)
+        took = time.time() - killed_at
+        text = log.read_text()
+        print(f"\njob {job} ended {took:.1f} s after {victim} was lost ({how}): {info['JobState']} {info['ExitCode']}")
+        assert info["JobState"] in ("FAILED", "NODE_FAIL", "CANCELLED"), f"{info}\n{text}"
+        # Bounded by the gloo timeout (15 s) and SlurmdTimeout=20 (slurm_cluster.py) with Slurm's kill.
+        assert took < 120, f"{took:.0f}s\n{text}"
+        if how == "crash":  # the survivors hear of it at once
+            assert "Connection closed by peer" in text, text
+    finally:
+        c.run("scancel", job)
+        if c.node(victim).proc is None or c.node(victim).proc.poll() is not None:
+            c.kill_node(victim)  # whatever survived there
+            c.start_node(victim)
+        c.wait_all_idle(timeout=180)
+
+
+def submit_training(c, tmp_path, launcher, args):
+    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node."""
+    env = job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
+                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher)
+    log = tmp_path / "job-%j.out"
+    job = c.sbatch(ROOT / "slurm" / "generic.sbatch",
+                   [f"--nodes={len(c.nodes)}", "--ntasks-per-node=2", "--no-requeue", f"--output={log}"],
+                   args, env=env, cwd=ROOT)
+    return job, Path(str(log).replace("%j", job))
+
+
+def wait_for_training(c, job, log, timeout=600):
+    deadline = time.time() + timeout
+    text = ""
+    # The stop handler is installed before "training N steps" is printed.
+    while time.time() < deadline and not re.search(r"training \d+ steps", text):
+        assert c.job(job).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), text[-3000:]
+        time.sleep(1)
+        text = log.read_text() if log.exists() else ""
+    assert re.search(r"training \d+ steps", text), text[-3000:]
+
+
+def assert_spans_nodes(text, size):
+    """Each rank reports its local rank: 0, 1 on every node means the ranks are spread 2 per node."""
+    locals_ = dict(re.findall(r"rank (\d+)/%d pid \d+ local_rank (\d+)" % size, text))
+    assert {int(r): int(lr) for r, lr in locals_.items()} == {r: r % 2 for r in range(size)}, text[-4000:]
+
+
+LAUNCHERS = pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+
+
+@pytest.mark.slow
+@LAUNCHERS
+def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, sample_train, sample_dev, tmp_path,
+                                                launcher):
+    """The checked-in job script, 2 nodes x 2 ranks, training and evaluating the tiny model."""
+    if launcher == "mpirun":
+        require_mpirun()
+    c = multinode_cluster
+    size = 2 * len(c.nodes)
+    out = tmp_path / "model"
+    args = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev, "--max-steps", "4",
+            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
+            "--output-dir", out, "--cache-dir", tmp_path / "cache"]
+    job, log = submit_training(c, tmp_path, launcher, args)
+    info = c.wait(job, timeout=900)
+    text = log.read_text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-5000:]}"
+    assert f"{len(c.nodes)} node(s), {size} rank(s), master node1:" in text, text[:2000]
+    assert_spans_nodes(text, size)
+    assert '"exact_match"' in text, text[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["world_size"] == size and metrics["steps"] == 4
+
+
+@pytest.mark.slow
+@LAUNCHERS
+def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
+    """No job script: `mpirun|srun python -m bert_squad` in a 2-node job, so bert_squad.distributed.detect
+    alone derives rank, MASTER_ADDR (first host of SLURM_JOB_NODELIST) and the port (job_port)."""
+    if launcher == "mpirun":
+        require_mpirun()
+    c = multinode_cluster
+    size = 2 * len(c.nodes)
+    out = tmp_path / "model"
+    args = " ".join(map(str, ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2",
+                              "--max-seq-length", "128", "--doc-stride", "48", "--no-eval",
+                              "--deepspeed_config", "configs/ds_fp32.json", "--output-dir", out,
+                              "--cache-dir", tmp_path / "cache"]))
+    launch = f"mpirun -np {size} --bind-to none" if launcher == "mpirun" else "srun"
+    info, text = run_job(c, tmp_path, f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n"
+                                      f"{launch} python -m bert_squad {args}", timeout=600,
+                         env=job_env(tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    assert_ok(info, text)
+    assert_spans_nodes(text, size)
+    assert re.search(rf"rank 0/{size} .*launcher {launcher} master node1:\d+", text), text[-3000:]
+    assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
+
+
+def long_training(tiny_model, sample_train, out):
+    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "100000", "--log-every", "1",
+            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
+            "--no-eval", "--output-dir", out]
+
+
+@pytest.mark.slow
+@LAUNCHERS
+def test_end_of_job_signal_stops_all_nodes_at_a_checkpoint(multinode_cluster, tiny_model, sample_train, tmp_path,
+                                                           launcher):
+    """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher; all stop at one step."""
+    if launcher == "mpirun":
+        require_mpirun()
+    c = multinode_cluster
+    out = tmp_path / "model"
+    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, out))
+    try:
+        wait_for_training(c, job, log)
+        c.run("scancel", "--batch", "--signal=USR1", job)
+        info = c.wait(job, timeout=300)
+    finally:
+        c.run("scancel", job)
+    text = log.read_text()
+    assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
+    assert "USR1 received" in text and "stopped at a checkpoint" in text
+    assert_spans_nodes(text, 2 * len(c.nodes))
+    assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
+
+
+@pytest.mark.slow
+@LAUNCHERS
+def test_training_job_ends_when_a_node_is_lost(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
+    """Power loss of the last node mid-training (the job's process-group timeout is 600 s): Slurm ends
+    the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang."""
+    if launcher == "mpirun":
+        require_mpirun()
+    c = multinode_cluster
+    victim = c.nodes[-1].name
+    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, tmp_path / "model"))
+    try:
+        wait_for_training(c, job, log)
+        killed_at = time.time()
+        c.kill_node(victim, cut_link=True)
+        info = c.wait(job, timeout=300)
+        took = time.time() - killed_at
+    finally:
+        c.run("scancel", job)
+        c.kill_node(victim)
+        c.start_node(victim)
+        c.wait_all_idle(timeout=180)
+    text = log.read_text()
+    print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
+          f"{info['JobState']} {info['ExitCode']}")
+    assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
+    assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
