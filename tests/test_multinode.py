@@ -220,7 +220,8 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     info = c.wait(job, timeout=900)
     text = log.read_text()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-5000:]}"
-    assert f"{len(c.nodes)} node(s), {size} rank(s), master node1:" in text, text[:2000]
+    assert f"{len(c.nodes)} node(s), {size} rank(s), nodes node[1-{len(c.nodes)}]" in text, text[:2000]
+    assert re.search(rf"rank 0/{size} .* master node1:{20000 + int(job) % 20000}$", text, re.M), text[-3000:]
     assert_spans_nodes(text, size)
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
