@@ -91,45 +91,13 @@ def sample_dev_v2():
     return sample_path("dev-v2.0.json")
 
 
-def build_tiny_model(out_dir, hidden=32, layers=2):
-    """A randomly initialised 2-layer BERT whose WordPiece vocabulary is trained on the sample.
-
-    Tests need a model that loads offline and trains in seconds; a real checkpoint would be too slow
-    and may not be installed.
-    """
-    import json
-
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
-
-    texts = []
-    for name in ("train-v1.1.json", "dev-v1.1.json", "dev-v2.0.json"):
-        for article in json.loads(sample_path(name).read_text())["data"]:
-            for para in article["paragraphs"]:
-                texts.append(para["context"])
-                texts.extend(qa["question"] for qa in para["qas"])
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=1000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    (out_dir / "vocab.txt").write_text("".join(f"{w}\n" for w, _ in vocab))
-    BertTokenizerFast(vocab_file=str(out_dir / "vocab.txt"), do_lower_case=True).save_pretrained(out_dir)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=2, intermediate_size=hidden * 2, max_position_embeddings=512)
-    import torch
-
-    torch.manual_seed(0)
-    BertForQuestionAnswering(config).save_pretrained(out_dir)
-    return out_dir
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+    """A randomly initialised 2-layer BERT whose WordPiece vocabulary is trained on the sample: it loads
+    offline and trains in seconds (tests/tiny_models.py builds the other families the same way)."""
+    from tiny_models import build_tiny_model
+
+    return build_tiny_model("bert", tmp_path_factory.mktemp("tiny-bert"))
 
 
 def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):

@@ -16,14 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import standin_runtime
 from conftest import ROOT, require_mpirun
-from test_slurm import finished, job_env, submit
+from test_slurm import finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 
@@ -175,12 +174,7 @@ def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(slurm_cluste
     args = [a for a in args if a not in ("--eval-file", "bert_squad/sample/dev-v1.1.json")]
     args[args.index("--max-steps") + 1] = "100000"
     job, log = submit(slurm_cluster, tmp_path, args, ch_env(scratch, ch_squashfs, BERT_SQUAD_LAUNCHER=launcher))
-    deadline = time.time() + 600
-    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
-        assert slurm_cluster.job(job).get("JobState") in ("PENDING", "RUNNING"), log.read_text()
-        time.sleep(1)
-    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
-    info, text = finished(slurm_cluster, job, log, timeout=300)
+    info, text = warn_when_training(slurm_cluster, job, log)
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
     assert "USR1 received" in text and "stopped at a checkpoint" in text
     assert re.search(r"checkpoint at step \d+ saved; exiting with 75", text), text[-3000:]

@@ -8,8 +8,6 @@ import shlex
 import subprocess
 import sys
 
-import pytest
-
 from conftest import ROOT
 
 CONTAINERS = ROOT / "containers"

@@ -165,6 +165,17 @@ def test_missing_image_fails_fast(slurm_cluster, tiny_model, sample_train, tmp_p
     assert info["ExitCode"] == "2:0" and "absent.sif is absent" in text, text
 
 
+def warn_when_training(cluster, job, log):
+    """Once the ranks train, USR1 to the batch shell only (what --signal=B:USR1 does); the job's end."""
+    deadline = time.time() + 600
+    # The stop handler is installed before "training N steps" is printed.
+    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
+        assert cluster.job(job).get("JobState") in ("PENDING", "RUNNING"), log.read_text()
+        time.sleep(1)
+    cluster.run("scancel", "--batch", "--signal=USR1", job)
+    return finished(cluster, job, log, timeout=300)
+
+
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
 def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, sample_train, tmp_path, launcher):
     """USR1 to the batch shell only (what --signal=B:USR1 does) reaches both ranks through the launcher."""
@@ -174,13 +185,7 @@ def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, s
     args = train_args(tiny_model, sample_train, out, "--log-every", "1")
     args[args.index("--max-steps") + 1] = "100000"
     job, log = submit(slurm_cluster, tmp_path, args, job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher))
-    deadline = time.time() + 600
-    # The stop handler is installed before "training N steps" is printed.
-    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
-        assert slurm_cluster.job(job).get("JobState") in ("PENDING", "RUNNING"), log.read_text()
-        time.sleep(1)
-    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
-    info, text = finished(slurm_cluster, job, log, timeout=300)
+    info, text = warn_when_training(slurm_cluster, job, log)
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
     assert "USR1 received" in text and "stopped at a checkpoint" in text
     assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
