@@ -42,6 +42,8 @@ def find_model(name_or_path, cache_dir):
         return path
     if (cached / "config.json").is_file():
         return cached
+    if name_or_path.startswith(("/", ".", "~")):  # a path, not a hub name: no download would help
+        raise UserError(f"{path}: no such model directory")
     raise UserError(f"model '{name_or_path}' is not in the cache {cached}: "
                     f"{download_hint(cache_dir, model=name_or_path)}, or give a local model directory")
 
