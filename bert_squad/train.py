@@ -179,7 +179,7 @@ def loop(run, cfg, inputs, device, show_bar):
     """Train to `run.total_steps`; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
     engine, progress, dist, every = run.engine, run.progress, inputs.dist, cfg.train
     stop = StopRequest()
-    with ProgressDisplay(run, show_bar and dist.is_main) as bar:
+    with ProgressDisplay(run, dist, show_bar) as bar:
         for micro_batches in optimizer_steps(run, device):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
             for batch in micro_batches:
@@ -246,14 +246,14 @@ def log(dist, msg):
 
 
 class ProgressDisplay:
-    """A rich bar where a person watches a single process; plain log lines everywhere else."""
+    """A rich bar where a person watches a single process; plain log lines (rank 0's) everywhere else."""
 
-    def __init__(self, run, enabled):
+    def __init__(self, run, dist, show_bar):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.enabled = enabled
+        self.dist, self.enabled = dist, show_bar and dist.is_main
         self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[info]}"), disable=not enabled)
+                            TextColumn("{task.fields[info]}"), disable=not self.enabled)
         self.task = self.bar.add_task("train", total=run.total_steps, completed=run.progress.step, info="")
 
     def __enter__(self):
@@ -267,7 +267,7 @@ class ProgressDisplay:
         if self.enabled:
             self.bar.console.print(line)
         else:
-            print(line, flush=True)
+            log(self.dist, line)
 
     def advance(self, step, rates):
         info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""

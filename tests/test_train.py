@@ -60,6 +60,7 @@ def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train,
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
+    assert r.stdout.count("step 10/10 loss") == 1, r.stdout  # the log lines are rank 0's alone
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["train_batch_size"] == 32
     digests = metrics["weights_sha256_per_rank"]
