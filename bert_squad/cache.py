@@ -1,9 +1,12 @@
 """The cache layout, in one place: where `--download-only` puts models and datasets and where runs
 (and the job script's fail-fast check) look for them. Compute nodes read it and never the network.
 
-    <cache>/models/<org>--<name>/   model and tokenizer, Hugging Face format
+    <cache>/hub/                    models and tokenizers: a standard Hugging Face hub cache
     <cache>/datasets/<name>/        a hub dataset saved with `datasets.save_to_disk`
     <cache>/features/               tokenized features, keyed by data, tokenizer and window options
+
+A model named by its hub name is looked up in <cache>/hub, then in the user's own Hugging Face cache
+(`HF_HUB_CACHE`, or `HF_HOME`/hub), so a model downloaded there before is not fetched twice.
 """
 
 import os
@@ -16,8 +19,8 @@ def default_cache_dir():
     return os.environ.get("BERT_SQUAD_CACHE", "./cache")
 
 
-def model_dir(cache_dir, name):
-    return Path(cache_dir) / "models" / name.replace("/", "--")
+def hub_dir(cache_dir):
+    return Path(cache_dir) / "hub"
 
 
 def dataset_dir(cache_dir, name):
@@ -33,19 +36,31 @@ def download_hint(cache_dir, model=None, dataset=None):
     return f"run `python -m bert_squad --download-only{what} --cache-dir {cache_dir}` on a machine with internet"
 
 
+def _cached_snapshot(name, hub_cache):
+    """The snapshot directory of hub model `name` in `hub_cache` (None: the library's default cache)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(name, cache_dir=hub_cache and str(hub_cache), local_files_only=True))
+    except Exception:  # not cached there (or not a valid hub name): the caller says what to do
+        return None
+    return path if (path / "config.json").is_file() else None
+
+
 def find_model(name_or_path, cache_dir):
-    """A directory holding config.json: the path itself, or the cached copy of a hub name."""
-    path, cached = Path(name_or_path), model_dir(cache_dir, name_or_path)
+    """A directory holding config.json: the path itself, or the cached snapshot of a hub name."""
+    path = Path(name_or_path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UserError(f"{path}: not a model directory (no config.json)")
         return path
-    if (cached / "config.json").is_file():
-        return cached
     if name_or_path.startswith(("/", ".", "~")):  # a path, not a hub name: no download would help
         raise UserError(f"{path}: no such model directory")
-    raise UserError(f"model '{name_or_path}' is not in the cache {cached}: "
-                    f"{download_hint(cache_dir, model=name_or_path)}, or give a local model directory")
+    found = _cached_snapshot(name_or_path, hub_dir(cache_dir)) or _cached_snapshot(name_or_path, None)
+    if found is None:
+        raise UserError(f"model '{name_or_path}' is not in the cache {hub_dir(cache_dir)} nor in the Hugging Face "
+                        f"cache: {download_hint(cache_dir, model=name_or_path)}, or give a local model directory")
+    return found
 
 
 def find_dataset(name, cache_dir):

@@ -1,7 +1,9 @@
-"""Model and tokenizer: resolved from a local directory or the project cache, never from the network
-at run time; exported in Hugging Face format so `pipeline("question-answering", model=dir)` loads it.
+"""Model and tokenizer: resolved from a local directory or the Hugging Face hub cache, never from the
+network at run time; exported in Hugging Face format so `AutoModelForQuestionAnswering` (transformers 4
+and 5) and `bert_squad.answer.Answerer` load it.
 """
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +12,8 @@ from bert_squad import cache
 from bert_squad.errors import UserError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+# Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
 
 
 def go_offline():
@@ -18,39 +22,53 @@ def go_offline():
         os.environ[var] = "1"
 
 
+def _quiet_transformers():
+    """Batch logs: no per-file progress bars (5.x shows one while loading weights), warnings only."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.logging.set_verbosity_warning()
+
+
+def _reason(err):
+    """The first line of a library's error: enough to say what is wrong without a traceback."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def load_tokenizer(model_dir):
     from transformers import AutoTokenizer
 
+    _quiet_transformers()
+    # Any failure to read a user's directory (missing files, a slow-only tokenizer needing protobuf or
+    # sentencepiece, malformed JSON) is a problem with that directory, said in one line.
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{model_dir}: cannot load a tokenizer ({str(err).splitlines()[0]})") from None
+    except Exception as err:
+        raise UserError(f"{model_dir}: cannot load a tokenizer ({_reason(err)})") from None
     if not tok.is_fast:
         raise UserError(f"{model_dir}: needs a fast tokenizer (tokenizer.json) for offset mappings")
-    if tok.padding_side != "right":
-        raise UserError(f"{model_dir}: tokenizer pads on the left; SQuAD windows assume right padding")
     return tok
 
 
 def load_qa_model(model_dir):
-    """A question-answering model; an encoder checkpoint gets a new span head (that is fine-tuning)."""
+    """A question-answering model; an encoder checkpoint gets a new span head (that is fine-tuning).
+
+    transformers picks SDPA attention by itself where the family has it (DeBERTa has not)."""
     import transformers
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
+    _quiet_transformers()
     try:
         config = AutoConfig.from_pretrained(str(model_dir))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{model_dir}: not a model directory ({str(err).splitlines()[0]})") from None
+    except Exception as err:
+        raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
     # Loading an encoder into a QA head is expected; don't alarm users with the "newly initialized" warning.
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config,
-                                                             attn_implementation="sdpa")
-    except ValueError:
         return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config)
-    except OSError as err:
-        raise UserError(f"{model_dir}: cannot load model weights ({str(err).splitlines()[0]})") from None
+    except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
+        raise UserError(f"{model_dir}: cannot load model weights ({_reason(err)})") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
 
@@ -61,23 +79,31 @@ def export(module, tokenizer, out_dir):
     tmp = out_dir / f".export-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
-    module.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+    module.save_pretrained(str(tmp), state_dict=state)
     tokenizer.save_pretrained(str(tmp))
+    _portable_tokenizer_class(tmp / "tokenizer_config.json")
     for f in tmp.iterdir():
         os.replace(f, out_dir / f.name)
     tmp.rmdir()
 
 
-def download(name, cache_dir):
-    """Fetch model and tokenizer from the hub into the cache (login node)."""
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+def _portable_tokenizer_class(path):
+    """transformers 5 names a generic fast tokenizer `TokenizersBackend`, a class 4.x lacks; the 4.x
+    name of the same thing loads under both lines."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
-    target = cache.model_dir(cache_dir, name)
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    hub_cache = str(Path(cache_dir) / "hub")
-    AutoTokenizer.from_pretrained(name, cache_dir=hub_cache).save_pretrained(str(tmp))
-    AutoModelForQuestionAnswering.from_pretrained(name, cache_dir=hub_cache).save_pretrained(str(tmp))
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
-    return target
+
+def download(name, cache_dir):
+    """Fetch model and tokenizer files into the hub cache under `cache_dir` (login node)."""
+    from huggingface_hub import snapshot_download
+
+    hub = str(cache.hub_dir(cache_dir))
+    path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS))
+    if not any(path.glob("*.safetensors")):  # an older repo with PyTorch pickles only
+        path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS + ["pytorch_model*.bin"]))
+    return path

@@ -122,3 +122,22 @@ def require_mpirun():
 # A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, and a
 # real multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py).
 from slurm_cluster import multinode_cluster, slurm_cluster  # noqa: E402,F401
+
+
+def put_in_hub_cache(hub_cache, repo_id, model_dir, revision="0" * 40):
+    """`model_dir`'s files as hub model `repo_id` in a Hugging Face hub cache, in the documented layout
+    (refs/main names the snapshot; files are blobs linked from it), as `snapshot_download` leaves it."""
+    import hashlib
+
+    repo = Path(hub_cache) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for f in Path(model_dir).iterdir():
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / f.name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot

@@ -1,5 +1,6 @@
 """`bert-squad launch`: the site renders, the checked-in slurm/ scripts, input errors, shellcheck."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -8,7 +9,7 @@ import pytest
 
 from bert_squad import cache, cli
 from bert_squad.cluster import launch
-from conftest import ROOT
+from conftest import PYTHON, ROOT, put_in_hub_cache
 
 SITES = ("daint", "lumi", "generic")
 
@@ -114,9 +115,10 @@ def test_cache_check_follows_the_python_layout(tmp_path, capsys):
         return code, capsys.readouterr().err
 
     assert check("--model", "org/bert")[0] == 2
-    target = cache.model_dir(tmp_path, "org/bert")
-    target.mkdir(parents=True)
-    (target / "config.json").write_text("{}")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    put_in_hub_cache(cache.hub_dir(tmp_path), "org/bert", model)
     code, err = check("--model=org/bert", "--dataset", "squad_v2")
     assert code == 2 and "dataset 'squad_v2'" in err
     cache.dataset_dir(tmp_path, "squad_v2").mkdir(parents=True)
@@ -125,6 +127,17 @@ def test_cache_check_follows_the_python_layout(tmp_path, capsys):
     assert check("--model", "org/other", "--train-file", "x.json")[0] == 2
     assert check("--download-only")[0] == 2
     assert "check-cache" in launch.TEMPLATE_FILE.read_text()
+
+
+@pytest.mark.parametrize("var", ["HF_HOME", "HF_HUB_CACHE"])
+def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_model, tmp_path):
+    hf_home = tmp_path / "hf"
+    snapshot = put_in_hub_cache(hf_home / "hub", "org/tiny", tiny_model)
+    env = dict(os.environ, **{var: str(hf_home if var == "HF_HOME" else hf_home / "hub")})
+    proc = subprocess.run([PYTHON, "-m", "bert_squad", "check-cache", "--model", "org/tiny", "--train-file", "x.json",
+                           "--cache-dir", str(tmp_path / "empty")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"model: {snapshot}"
 
 
 def _scripts(tmp_path, capsys):
