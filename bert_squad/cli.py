@@ -15,6 +15,7 @@ from bert_squad.errors import UserError
 SUBCOMMANDS = {
     "score": "bert_squad.score",
     "evaluate": "bert_squad.evaluate",
+    "answer": "bert_squad.answer",
     "check-cache": "bert_squad.cache",
     "launch": "bert_squad.cluster.launch",
     "sweep": "bert_squad.cluster.sweep",

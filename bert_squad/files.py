@@ -8,12 +8,11 @@ from pathlib import Path
 from bert_squad.errors import UserError
 
 
-def read_json(path, what="a JSON file"):
-    """The parsed file, or a UserError that names the file and what is wrong with it."""
+def read_text(path, what="a text file"):
+    """The file's UTF-8 text, or a UserError that names the file and what is wrong with it."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -22,6 +21,13 @@ def read_json(path, what="a JSON file"):
         raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_json(path, what="a JSON file"):
+    """The parsed file, or a UserError that names the file and what is wrong with it."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
 

@@ -89,6 +89,8 @@ def check_inputs(cfg):
 
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
     module = model_lib.load_qa_model(model_dir)
+    # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
+    module.config.version_2_with_negative = train_ex.version_2
     check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
     return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
 

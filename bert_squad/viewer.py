@@ -9,11 +9,9 @@ import json
 import sys
 
 from bert_squad import cache
-from bert_squad import model as model_lib
 from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
-from bert_squad.files import read_json
 
 
 def parse_args(argv):
@@ -35,46 +33,28 @@ def parse_args(argv):
     return args
 
 
-def require_qa_model(model_dir):
-    config = read_json(model_dir / "config.json", what="a model config")
-    if not isinstance(config, dict):
-        raise UserError(f"{model_dir / 'config.json'}: a model config is a JSON object")
-    archs = config.get("architectures") or []
-    if not any(a.endswith("ForQuestionAnswering") for a in archs):
-        raise UserError(f"{model_dir}: not a question-answering model (architectures: {', '.join(archs) or 'none'}); "
-                        f"give the --output-dir of a bert-squad training")
-
-
 def predicted_offsets(prediction, nbest):
     """Where the predicted span is: its first n-best entry, which need not be the head (with a
     positive null threshold a span is predicted even when the null answer scores best)."""
     return next((e["offsets"] for e in nbest if prediction and e["text"] == prediction), None)
 
 
-def answer(argv):
+def collect(argv):
     """The selected questions with predictions and scores, as plain records."""
-    import torch
-
-    from bert_squad.evaluate import predict
-    from bert_squad.features import build_features
+    from bert_squad.answer import Answerer
     from bert_squad.metrics import exact_match, f1
 
     args = parse_args(argv)
     windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
-    model_lib.go_offline()
     cache_dir = args.cache_dir or cache.default_cache_dir()
-    model_dir = cache.find_model(args.model_file, cache_dir)
-    require_qa_model(model_dir)
+    qa = Answerer.from_pretrained(args.model_file, "cpu", windows, answers, cache_dir=cache_dir)
     examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
     first, count = args.start_sample, args.num_test_samples
     if count <= 0 or first < 0 or first + count > len(examples):
         raise UserError(f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
                         f"its {len(examples)} questions (questions 0..{len(examples) - 1})")
     chosen = Examples(examples.records[first:first + count], examples.source, examples.version_2)
-    tokenizer = model_lib.load_tokenizer(model_dir)
-    module = model_lib.load_qa_model(model_dir)
-    features = build_features(chosen, tokenizer, windows, cache_dir=None, train=False)
-    predictions, nbest, _ = predict(module, chosen, features, torch.device("cpu"), tokenizer.pad_token_id, answers)
+    predictions, nbest, _ = qa.predict(chosen)
     out = []
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]
@@ -86,21 +66,28 @@ def answer(argv):
     return args, out
 
 
+def highlighted(question, context, offsets):
+    """The question, then its paragraph with the characters `offsets` (start, end) marked."""
+    from rich.text import Text
+
+    body = Text()
+    body.append("Q: ", style="bold")
+    body.append(question + "\n\n")
+    para = Text(context)
+    if offsets:
+        para.stylize("bold black on yellow", *offsets)
+    body.append_text(para)
+    return body
+
+
 def render(results):
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
-    from rich.text import Text
 
     console = Console()
     for r in results:
-        body = Text()
-        body.append("Q: ", style="bold")
-        body.append(r["question"] + "\n\n")
-        para = Text(r["context"])
-        if r["prediction_offsets"]:
-            para.stylize("bold black on yellow", *r["prediction_offsets"])
-        body.append_text(para)
+        body = highlighted(r["question"], r["context"], r["prediction_offsets"])
         body.append("\n\nprediction: ", style="bold")
         body.append(r["prediction"] or "(no answer)", style="yellow")
         body.append("\nreferences: ", style="bold")
@@ -121,7 +108,7 @@ def render(results):
 
 
 def _main(argv):
-    args, results = answer(argv)
+    args, results = collect(argv)
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "context"} for r in results], ensure_ascii=False))
     else:

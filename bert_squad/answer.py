@@ -1,0 +1,207 @@
+"""Answering questions with a trained model: the `Answerer` API and `bert-squad answer`.
+
+transformers 5 removed its question-answering pipeline; this is ours. It answers exactly as evaluation
+scores: the same sliding windows (`features.build_features`) and the same post-processing
+(`evaluate.predict`), so what a user sees here is what EM/F1 measured.
+
+    from bert_squad.answer import Answerer
+    qa = Answerer.from_pretrained("runs/bert-squad")
+    qa.answer("Who wrote it?", "Ada wrote it in 1843.")  # [Answer(text='Ada', start=0, end=3, score=0.97)]
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+from bert_squad import cache
+from bert_squad import model as model_lib
+from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
+from bert_squad.data import Examples
+from bert_squad.errors import UserError
+from bert_squad.files import read_json, read_text
+
+
+class Answer(NamedTuple):
+    """One answer to a question: a span of the context, or no answer (SQuAD 2.0 models)."""
+
+    text: str  # "" for no answer
+    start: Optional[int]  # character offsets in the context: context[start:end] == text; None for no answer
+    end: Optional[int]
+    score: float  # probability among the question's n-best candidates
+
+
+def require_qa_model(model_dir):
+    """An encoder checkpoint would load with a random span head and answer nonsense: refuse it here."""
+    config = read_json(Path(model_dir) / "config.json", what="a model config")
+    if not isinstance(config, dict):
+        raise UserError(f"{Path(model_dir) / 'config.json'}: a model config is a JSON object")
+    archs = config.get("architectures") or []
+    if not any(str(a).endswith("ForQuestionAnswering") for a in archs):
+        raise UserError(f"{model_dir}: not a question-answering model (architectures: "
+                        f"{', '.join(map(str, archs)) or 'none'}); give the --output-dir of a bert-squad training")
+    return config
+
+
+class Answerer:
+    """A question-answering model with its tokenizer, answering as evaluation does."""
+
+    def __init__(self, module, tokenizer, device="cpu", windows=None, answers=None, null_answer=False):
+        import torch
+
+        self.device = torch.device(device)
+        self.module = module.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.windows = windows or WindowConfig()
+        self.answers = answers or AnswerConfig()
+        self.null_answer = null_answer  # SQuAD 2.0: "no answer" competes with the spans
+
+    @classmethod
+    def from_pretrained(cls, model, device="cpu", windows=None, answers=None, null_answer=None, cache_dir=None):
+        """`model`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
+        name in the cache. `null_answer` defaults to what the model was trained on (`bert-squad` writes
+        `version_2_with_negative` into its config)."""
+        model_lib.go_offline()
+        model_dir = cache.find_model(str(model), cache_dir or cache.default_cache_dir())
+        config = require_qa_model(model_dir)
+        if null_answer is None:
+            null_answer = bool(config.get("version_2_with_negative", False))
+        return cls(model_lib.load_qa_model(model_dir), model_lib.load_tokenizer(model_dir), device,
+                   windows, answers, null_answer)
+
+    def predict(self, examples):
+        """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
+        from bert_squad.evaluate import predict
+        from bert_squad.features import build_features
+
+        features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
+        return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.answers)
+
+    def answer_batch(self, pairs, top_k=1, ids=None):
+        """The `top_k` best answers to each (question, context) pair, best first; one batched pass."""
+        pairs = list(pairs)
+        ids = [str(i) for i in (ids or range(len(pairs)))]
+        for qid, (question, context) in zip(ids, pairs):
+            for field, text in (("question", question), ("context", context)):
+                if not isinstance(text, str) or not text.strip():
+                    raise UserError(f"question {qid}: the {field} is empty")
+        records = [{"id": qid, "title": "", "question": q, "context": c,
+                    "answers": {"text": [], "answer_start": []}, "is_impossible": False}
+                   for qid, (q, c) in zip(ids, pairs)]
+        predictions, nbest, _ = self.predict(Examples(records, "input", self.null_answer))
+        return [_ranked(predictions[qid], nbest[qid], top_k) for qid in ids]
+
+    def answer(self, question, context, top_k=1):
+        return self.answer_batch([(question, context)], top_k)[0]
+
+
+def _ranked(prediction, nbest, top_k):
+    """The n-best list as Answers, the prediction first: with a null threshold the prediction need
+    not be the top-scoring candidate (a span may win over a better-scoring null answer, or not)."""
+    answers = [Answer(e["text"], *(e["offsets"] or (None, None)), e["probability"]) for e in nbest]
+    first = next((a for a in answers if a.text == prediction), None)
+    ranked = ([first] if first else []) + [a for a in answers if a is not first]
+    return ranked[:top_k]
+
+
+def read_questions(path):
+    """JSON Lines of {"question", "context", "id"?}: (ids, pairs), one error line naming a bad line."""
+    ids, pairs = [], []
+    for n, line in enumerate(read_text(path, "a JSON Lines file").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{n}: not JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}:{n}: a line is a JSON object with question and context")
+        for key in ("question", "context"):
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                raise UserError(f"{path}:{n}: field '{key}' should be a non-empty string")
+        ids.append(str(obj.get("id", n)))
+        pairs.append((obj["question"], obj["context"]))
+    if not pairs:
+        raise UserError(f"{path}: no questions")
+    if len(set(ids)) < len(ids):
+        raise UserError(f"{path}: ids repeat; give each line its own id")
+    return ids, pairs
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="bert-squad answer", description="Answer questions with a trained model.")
+    p.add_argument("--model-dir", required=True, help="a trained model directory, or a hub name in the cache")
+    p.add_argument("--question", help="one question (with --context or --context-file)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--context", help="the paragraph to answer from")
+    src.add_argument("--context-file", help="a text file holding the paragraph")
+    p.add_argument("--input", help="JSON Lines: one {\"question\", \"context\", \"id\"} object per line")
+    p.add_argument("--top-k", type=int, default=1, help="answers per question, best first")
+    p.add_argument("--version-2-with-negative", action="store_true", default=None,
+                   help="let 'no answer' compete (default: what the model was trained on)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
+    p.add_argument("--cache-dir", default=None)
+    add_options(p, WindowConfig)
+    add_options(p, AnswerConfig)
+    p.add_argument("--json", action="store_true", help="JSON Lines out, one object per question")
+    p.add_argument("--debug", action="store_true")
+    args = p.parse_args(argv)
+    if (args.input is None) == (args.question is None):
+        p.error("give --question (with --context or --context-file) or --input")
+    if args.question is not None and args.context is None and args.context_file is None:
+        p.error("--question needs --context or --context-file")
+    if args.question is not None and not args.question.strip():
+        p.error("--question is empty")
+    if args.input is not None and (args.context is not None or args.context_file is not None):
+        p.error("--input holds its contexts; --context/--context-file go with --question")
+    if args.top_k <= 0:
+        p.error(f"--top-k must be positive, not {args.top_k}")
+    return args
+
+
+def _questions(args):
+    if args.input:
+        return read_questions(args.input)
+    context = read_text(args.context_file) if args.context_file else args.context
+    if not context.strip():
+        raise UserError(f"{args.context_file or '--context'}: the context is empty")
+    return ["question"], [(args.question, context)]
+
+
+def render(ids, pairs, results):
+    from rich.console import Console
+    from rich.panel import Panel
+
+    from bert_squad.viewer import highlighted
+
+    console = Console()
+    for qid, (question, context), answers in zip(ids, pairs, results):
+        best = answers[0] if answers else None
+        body = highlighted(question, context, best and best.start is not None and (best.start, best.end))
+        for rank, a in enumerate(answers, 1):
+            body.append(f"\n\n{rank}. " if rank == 1 else f"\n{rank}. ", style="bold")
+            body.append(a.text or "(no answer)", style="yellow" if rank == 1 else "")
+            body.append(f"  {a.score:.2f}")
+        console.print(Panel(body, title=qid))
+
+
+def main(argv):
+    """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
+    import torch
+
+    args = parse_args(argv)
+    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
+    ids, pairs = _questions(args)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    qa = Answerer.from_pretrained(args.model_dir, device, windows, answers, args.version_2_with_negative,
+                                  args.cache_dir)
+    results = qa.answer_batch(pairs, args.top_k, ids)
+    if not args.json:
+        render(ids, pairs, results)
+        return 0
+    for qid, (question, _), found in zip(ids, pairs, results):
+        print(json.dumps({"id": qid, "question": question, "answers": [a._asdict() for a in found]},
+                         ensure_ascii=False))
+    return 0
+
