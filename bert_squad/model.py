@@ -45,6 +45,10 @@ def load_tokenizer(model_dir):
         tok = AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as err:
         raise UserError(f"{model_dir}: cannot load a tokenizer ({_reason(err)})") from None
+    # transformers 5 builds an empty vocabulary where no tokenizer file exists; every word would be [UNK].
+    if not any((Path(model_dir) / name).is_file() for name in tok.vocab_files_names.values()):
+        raise UserError(f"{model_dir}: cannot load a tokenizer (none of its files: "
+                        f"{', '.join(sorted(tok.vocab_files_names.values()))})")
     if not tok.is_fast:
         raise UserError(f"{model_dir}: needs a fast tokenizer (tokenizer.json) for offset mappings")
     return tok
