@@ -40,19 +40,29 @@ def device_name(device):
     return "cpu"
 
 
-def model_shape(config):
-    """(non-embedding parameters, layers, hidden size) from a transformers config."""
-    # DistilBERT names them dim / n_layers / hidden_dim; the feed-forward is 4 x hidden where unnamed.
-    h = getattr(config, "hidden_size", None) or config.dim
-    layers = getattr(config, "num_hidden_layers", None) or config.n_layers
-    inter = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None) or 4 * h
-    per_layer = 4 * h * h + 2 * h * inter  # q, k, v, o and the two feed-forward matmuls
-    return per_layer * layers + 2 * h, layers, h  # + the span head
+def model_shape(module):
+    """(non-embedding parameters, layers, hidden size) of a transformers model.
+
+    Parameters are counted, not derived from config fields, so every family (GLU feed-forwards,
+    DeBERTa's relative-position projections) is right; layers and hidden size give attention's
+    sequence-squared term, and are None where a config names them differently (that term is left out)."""
+    import torch
+
+    def count(params):  # ZeRO-3 leaves each rank a shard; ds_numel is the whole parameter's size
+        return sum(getattr(p, "ds_numel", p.numel()) for p in params)
+
+    embedding = count(p for m in module.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
+    n = count(module.parameters()) - embedding
+    config = module.config
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
+    h = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+    return n, layers, h
 
 
 def flops_per_sample(shape, seq_len):
+    """Forward and backward: 6 FLOPs per parameter per token, plus attention's scores and mixing."""
     n, layers, h = shape
-    return 6 * n * seq_len + 12 * layers * h * seq_len * seq_len
+    return 6 * n * seq_len + (12 * layers * h * seq_len * seq_len if layers and h else 0)
 
 
 class Meter:

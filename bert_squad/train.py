@@ -150,7 +150,7 @@ def build(cfg, inputs, device):
     log(dist, f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch "
               f"{ds_config['train_batch_size']} = {micro} x {gas} x {dist.world_size}, {dsconfig.precision(ds_config)}, "
               f"zero stage {dsconfig.zero_stage(ds_config)}, device {device_name}")
-    meter = perf.Meter(perf.model_shape(engine.module.config), dist.world_size, peak)  # starts the clock
+    meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     return Run(engine, plan, features.select_columns(columns), collate, dev_features, progress,
                steps_per_epoch, total_steps, meter, report, device_name, t0)
 

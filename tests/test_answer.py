@@ -123,3 +123,17 @@ def test_bad_question_or_context_is_one_line(tiny_model, args, message):
     done = run_answer("--model-dir", tiny_model, *args)
     assert done.returncode == 2
     assert message in done.stderr.splitlines()[-1], done.stderr
+
+
+def test_a_tokenizer_that_pads_on_the_left_answers_the_same(tiny_model, qa, sample_dev, tmp_path):
+    """Features are never padded by the tokenizer (the collator pads on the right), so its side is moot."""
+    import shutil
+
+    left = tmp_path / "left"
+    shutil.copytree(tiny_model, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps(dict(config, padding_side="left")))
+    qa_left = Answerer.from_pretrained(left, windows=WINDOWS)
+    assert qa_left.tokenizer.padding_side == "left"
+    pairs = [(r["question"], r["context"]) for r in read_squad(sample_dev).records[:8]]
+    assert qa_left.answer_batch(pairs, top_k=3) == qa.answer_batch(pairs, top_k=3)

@@ -54,9 +54,9 @@ def test_collator_pads_to_batch_or_fixed_length():
 
 
 def test_bert_base_flops_per_sample_at_384():
-    from transformers import BertConfig
+    from transformers import BertConfig, BertForQuestionAnswering
 
-    gflop = flops_per_sample(model_shape(BertConfig()), 384) / 1e9
+    gflop = flops_per_sample(model_shape(BertForQuestionAnswering(BertConfig())), 384) / 1e9
     assert 205 < gflop < 220  # the figure: about 212 GFLOP per 384-token sample
 
 

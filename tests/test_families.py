@@ -5,13 +5,18 @@ whose tokenizers are built like the real ones: WordPiece, byte-level BPE (offset
 leading space) and SentencePiece-style Unigram (Metaspace), each trained offline on the shipped sample.
 """
 
-import pytest
+import json
 
-from bert_squad.data import read_squad
+import pytest
+import torch
+
+from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
+from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
+from conftest import run_bert_squad
 from test_features import _decode_spans
-from tiny_models import FAMILIES, build_tiny_model
+from tiny_models import FAMILIES, HIDDEN, LAYERS, build_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -50,17 +55,48 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
 
 
 def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tmp_path):
-    """One rank, a few steps: training, FLOPs from the family's config, evaluation and the export."""
-    import json
-
-    from conftest import run_bert_squad
+    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation and the export."""
+    from bert_squad.perf import flops_per_sample, model_shape
 
     family, model_dir = family_model
     out = tmp_path / "out"
     r = run_bert_squad("--model", model_dir, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--max-steps", 2, "--max-seq-length", 96, "--output-dir", out, "--cache-dir", tmp_path / "c")
+                       "--max-steps", 2, "--max-seq-length", 96, "--output-dir", out, "--cache-dir", tmp_path / "c",
+                       "--peak-tflops", "0.5")
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["run_tflops_per_device"] > 0, (family, metrics)
+    assert metrics["run_mfu"] == pytest.approx(metrics["run_tflops_per_device"] / 0.5)
     assert "f1" in json.loads((out / "eval_metrics.json").read_text())
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    # Every family's FLOPs count its real parameters and its attention term.
+    n, layers, hidden = model_shape(Answerer.from_pretrained(out).module)
+    assert (layers, hidden) == (LAYERS, HIDDEN) and n > 12 * LAYERS * HIDDEN ** 2
+    assert flops_per_sample((n, layers, hidden), 96) > 6 * n * 96
+
+
+def test_two_ranks_resume_and_answer(family_model, sample_train, tmp_path):
+    """Two ranks (mpirun): a run resumed from the step-2 checkpoint of another ends with the same weights
+    on every rank and the same weights as the uninterrupted run; the result answers questions."""
+    from safetensors.torch import load_file
+
+    from bert_squad.checkpoint import checkpoint_root
+    from conftest import MPIRUN, require_mpirun
+
+    require_mpirun()
+    family, model_dir = family_model
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    common = ["--model", model_dir, "--train-file", sample_train, "--max-steps", 4, "--max-seq-length", 96,
+              "--no-eval", "--learning-rate", "1e-3", "--cache-dir", tmp_path / "c"]
+    r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 2, launcher=MPIRUN)
+    assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
+    step2 = checkpoint_root(full) / "step00000002"
+    r = run_bert_squad(*common, "--output-dir", resumed, "--resume", step2, launcher=MPIRUN)
+    assert r.returncode == 0 and f"resumed from {step2}" in r.stdout, f"{family}: {r.stderr[-3000:]}"
+    metrics = json.loads((resumed / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and len(set(metrics["weights_sha256_per_rank"])) == 1
+    a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), family
+    context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
+    for answer in Answerer.from_pretrained(resumed).answer("Where was Ada Novak born?", context, top_k=3):
+        assert answer.text and context[answer.start:answer.end] == answer.text, (family, answer)
