@@ -37,7 +37,8 @@ class DataConfig:
     cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)")
     output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go")
     download_only: bool = option(False, "fetch --model and --dataset into the cache and exit (login node with internet)")
-    strict: bool = option(False, "an answer_start that misses its text is an error, not a skip")
+    strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
+                                   "not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
 
     def __post_init__(self):

@@ -118,7 +118,10 @@ def build(cfg, inputs, device):
     dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, False, dist)
                     if inputs.dev_examples else None)
     report = feature_report(inputs.train_examples, features)
-    log(dist, describe_features(inputs.train_examples.source, report, windows, time.perf_counter() - t0))
+    log(dist, describe_features(inputs.train_examples, report, windows, time.perf_counter() - t0))
+    if dev_features is not None:
+        log(dist, f"eval {inputs.dev_examples.source}: {len(inputs.dev_examples)} questions, {len(dev_features)} "
+                  f"features; {inputs.dev_examples.skip_summary()}")
 
     micro, gas = ds_config["train_micro_batch_size_per_gpu"], ds_config["gradient_accumulation_steps"]
     plan = BatchPlan([len(x) for x in features["input_ids"]], micro, dist.world_size, dist.rank,
@@ -274,12 +277,12 @@ class ProgressDisplay:
         self.bar.update(self.task, completed=step, info=info)
 
 
-def describe_features(source, report, windows, seconds):
-    return (f"train {source}: {report['examples']} questions ({report['answerable']} answerable), "
+def describe_features(examples, report, windows, seconds):
+    return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
             f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
             f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
             f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
-            f"{report['skipped_bad_offsets']} questions skipped (answer_start off its text) [{seconds:.1f}s]")
+            f"{examples.skip_summary()} [{seconds:.1f}s]")
 
 
 def format_rates(step, total, lr, rates, device):
