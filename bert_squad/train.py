@@ -82,6 +82,7 @@ def check_inputs(cfg):
     ds_config = dsconfig.resolve(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
                                  has_gpu=get_accelerator().device_name() != "cpu",
                                  learning_rate=cfg.train.learning_rate)
+    dsconfig.place_monitors(ds_config, ds_path, cfg.data.output_dir)
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
@@ -194,6 +195,7 @@ def loop(run, cfg, inputs, device, show_bar):
             if progress.step % every.log_every == 0 or progress.step == run.total_steps:
                 run.last_rates = run.meter.log_rates(distributed.all_sum)
                 bar.log(format_rates(progress.step, run.total_steps, engine.get_lr()[0], run.last_rates, device))
+                engine.monitor.write_events(monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`)
             if every.eval_every and progress.step % every.eval_every == 0 and progress.step < run.total_steps:
                 evaluate_now(run, cfg, inputs, device)
@@ -292,6 +294,14 @@ def format_rates(step, total, lr, rates, device):
             f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
 
 
+def monitor_events(rates, samples):
+    """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
+    samples seen, as DeepSpeed's own series are."""
+    return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
+            (("train_loss", "loss"), ("samples_per_second", "samples_per_second"),
+             ("tokens_per_second", "tokens_per_second"))]
+
+
 def param_groups(module, weight_decay):
     """No weight decay on biases and LayerNorm weights, as BERT was trained."""
     decay, no_decay = [], []
@@ -360,7 +370,7 @@ def quiet_libraries(debug):
     from deepspeed.utils import logger as ds_logger
 
     ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.* is deprecated")
+    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
     datasets.utils.logging.set_verbosity_warning()
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_warning()
