@@ -93,7 +93,7 @@ class TrainConfig:
     """training"""
 
     deepspeed_config: str = option("ds_fp32", "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, "
-                                              "ds_zero2) or a JSON file", flag="--deepspeed_config")
+                                              "ds_zero2, ds_zero3) or a JSON file", flag="--deepspeed_config")
     epochs: float = option(2.0, "passes over the training features")
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")

@@ -219,6 +219,7 @@ def evaluate_now(run, cfg, inputs, device, output_dir=None):
         return None
     metrics = evaluate(run.engine.module, inputs.dev_examples, run.dev_features, device,
                        inputs.tokenizer.pad_token_id, cfg.answers, inputs.dist, output_dir=output_dir)
+    run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))
         log(inputs.dist, f"eval step {run.progress.step}: {json.dumps(metrics)}")
@@ -230,10 +231,12 @@ def finish(run, cfg, inputs, device):
     dist, out = inputs.dist, Path(cfg.data.output_dir)
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
-    checksums = distributed.gather_to_rank0(weights_checksum(run.engine.module), dist)
+    state = model_lib.gathered_state_dict(run.engine)  # a collective under ZeRO-3
+    digests = distributed.gather_to_rank0(None if state is None else weights_checksum(state), dist)
+    checksums = [d for d in digests or [] if d]  # under ZeRO-3 only rank 0's
     evaluate_now(run, cfg, inputs, device, output_dir=out)
     if dist.is_main:
-        model_lib.export(run.engine.module, inputs.tokenizer, out)
+        model_lib.export(run.engine.module, state, inputs.tokenizer, out)
         write_json_atomic(out / outputs.TRAIN_METRICS, {
             "steps": run.progress.step, "epochs": run.progress.step / run.steps_per_epoch,
             "world_size": dist.world_size, "train_batch_size": inputs.ds_config["train_batch_size"],
@@ -310,12 +313,13 @@ def param_groups(module, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def weights_checksum(module):
-    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests."""
+def weights_checksum(state):
+    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests (under
+    ZeRO-3 only rank 0 holds whole weights, so there is one digest)."""
     import hashlib
 
     h = hashlib.sha256()
-    for _, p in sorted(module.state_dict().items()):
+    for _, p in sorted(state.items()):
         h.update(p.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()
 

@@ -167,3 +167,47 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
         assert [e.value for e in events.Scalars("Train/Samples/train_loss")] == pytest.approx(
             [v for _, v in losses_logged])
         assert len(events.Scalars("Train/Samples/lr")) == 6
+
+
+def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model, sample_train, sample_dev, tmp_path):
+    """ZeRO-3 partitions every parameter (threshold 0: even the tiny model's): evaluation with one batch
+    keeps rank 1 in the collectives, the export holds the gathered weights (the evaluation of the exported
+    model on one process gives the run's predictions), and a resumed run ends bit-identical."""
+    require_mpirun()
+    from safetensors.torch import load_file
+    from transformers import AutoModelForQuestionAnswering
+
+    cfg = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())
+    cfg.pop("fp16")  # fp32 on CPU
+    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    (tmp_path / "zero3.json").write_text(json.dumps(cfg))
+    dev = json.loads(sample_dev.read_text())
+    dev["data"] = dev["data"][:1]
+    para = dev["data"][0]["paragraphs"][0]
+    dev["data"][0]["paragraphs"] = [dict(para, qas=para["qas"][:2])]  # one eval batch (< 64 features), two ranks
+    (tmp_path / "dev.json").write_text(json.dumps(dev))
+    common = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", tmp_path / "dev.json",
+              "--max-steps", 4, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache", "--dist-timeout", 60,
+              "--deepspeed_config", tmp_path / "zero3.json", *TINY_ARGS]
+    out = tmp_path / "out"
+    r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fp32, zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+
+    exported, initial = load_file(str(out / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
+    for name, weight in initial.items():
+        if name in exported:
+            assert exported[name].shape == weight.shape and not exported[name].equal(weight), name
+    assert exported["qa_outputs.weight"].shape == (2, 32)
+    AutoModelForQuestionAnswering.from_pretrained(str(out))
+    again = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", tmp_path / "dev.json",
+                           "--output-dir", tmp_path / "eval", "--cache-dir", tmp_path / "cache", *TINY_ARGS[:-2])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "eval" / "predictions.json").read_text() == (out / "predictions.json").read_text()
+
+    resumed = tmp_path / "resumed"
+    r = run_bert_squad(*common, "--output-dir", resumed, "--resume", out / "checkpoints" / "step00000002",
+                       launcher=MPIRUN)
+    assert r.returncode == 0 and "at step 2" in r.stdout, r.stderr[-3000:]
+    weights = load_file(str(resumed / "model.safetensors"))
+    assert weights.keys() == exported.keys() and all(weights[k].equal(exported[k]) for k in weights)
