@@ -37,7 +37,8 @@ class DataConfig:
     cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)")
     output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go")
     download_only: bool = option(False, "fetch --model and --dataset into the cache and exit (login node with internet)")
-    strict: bool = option(False, "an answer_start that misses its text is an error, not a skip")
+    strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
+                                   "not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
 
     def __post_init__(self):
@@ -92,7 +93,7 @@ class TrainConfig:
     """training"""
 
     deepspeed_config: str = option("ds_fp32", "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, "
-                                              "ds_zero2) or a JSON file", flag="--deepspeed_config")
+                                              "ds_zero2, ds_zero3) or a JSON file", flag="--deepspeed_config")
     epochs: float = option(2.0, "passes over the training features")
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")

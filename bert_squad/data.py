@@ -25,9 +25,15 @@ class Examples:
     source: str
     version_2: bool
     skipped_ids: list = field(default_factory=list)  # answer_start that does not match the text
+    empty_question_ids: list = field(default_factory=list)  # question text empty or only whitespace
 
     def __len__(self):
         return len(self.records)
+
+    def skip_summary(self):
+        """What reading left out, as the start-up lines say it."""
+        return (f"{len(self.skipped_ids)} questions skipped (answer_start off its text), "
+                f"{len(self.empty_question_ids)} skipped (empty question)")
 
 
 def _require(obj, key, kind, where):
@@ -53,13 +59,13 @@ def is_squad_v2(doc):
 def read_squad(path, strict=False):
     """Read an official SQuAD file; structural faults raise, answer-offset mismatches skip the question.
 
-    A question whose `answer_start` does not point at its answer text is counted and skipped (its
-    labels would be wrong), or with `strict` raises.
+    A question whose `answer_start` does not point at its answer text (its labels would be wrong), or
+    whose text is empty or whitespace (nothing to ask), is counted and skipped, or with `strict` raises.
     """
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
     articles = _require(doc, "data", list, str(path))
-    records, skipped = [], []
+    records, skipped, empty = [], [], []
     for a, article in enumerate(articles):
         title = article.get("title", "") if isinstance(article, dict) else ""
         where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
@@ -71,6 +77,11 @@ def read_squad(path, strict=False):
                 qid = _require(qa, "id", str, f"{where} paragraph {p} question {q}")
                 qwhere = f"{path}: question {qid}"
                 question = _require(qa, "question", str, qwhere)
+                if not question.strip():
+                    if strict:
+                        raise UserError(f"{qwhere}: empty question (--strict; drop --strict to skip such questions)")
+                    empty.append(qid)
+                    continue
                 impossible = bool(qa.get("is_impossible", False))
                 answers = _require(qa, "answers", list, qwhere)
                 if not answers and not impossible:
@@ -98,7 +109,7 @@ def read_squad(path, strict=False):
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"{path}: question id {dup} appears more than once")
-    return Examples(records, str(path), is_squad_v2(doc), skipped)
+    return Examples(records, str(path), is_squad_v2(doc), skipped, empty)
 
 
 def to_articles(records, version_2):
@@ -126,7 +137,9 @@ def load_hub_split(name, split, cache_dir):
 
     ds = datasets.load_from_disk(str(path))[split]
     records = [dict(r, is_impossible=not r["answers"]["text"]) for r in ds]
-    return Examples(records, f"{name}[{split}]", HUB_DATASETS[name])
+    empty = [r["id"] for r in records if not r["question"].strip()]
+    return Examples([r for r in records if r["question"].strip()], f"{name}[{split}]", HUB_DATASETS[name],
+                    empty_question_ids=empty)
 
 
 def download_dataset(name, cache_dir):

@@ -7,7 +7,11 @@ error naming the keys. Scheduler values written "auto" are filled in from the ru
 """
 
 import copy
+import difflib
+import functools
+import importlib.util
 import math
+from collections.abc import KeysView
 from pathlib import Path
 
 from bert_squad.errors import UserError
@@ -15,14 +19,52 @@ from bert_squad.files import read_json
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there in installed copies too
 
-KNOWN_KEYS = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-    "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print",
-    "wall_clock_breakdown", "zero_allow_untested_optimizer", "communication_data_type",
-    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "activation_checkpointing",
-    "flops_profiler", "comms_logger", "seq_parallel_communication_data_type", "data_types",
-    "dump_state", "memory_breakdown", "checkpoint", "torch_autocast", "zero_force_ds_cpu_optimizer",
-}
+# Monitor sections DeepSpeed writes files for (an empty output_path means: relative to the working directory).
+FILE_MONITORS = ("tensorboard", "csv_monitor")
+MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+
+
+class _Recording(dict):
+    """A config dict that notes every top-level key looked up in it."""
+
+    def __init__(self, items, seen):
+        super().__init__(items)
+        self.seen = seen
+
+    def __copy__(self):
+        return _Recording(self, self.seen)
+
+    def __contains__(self, key):
+        self.seen.add(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def keys(self):
+        return _RecordingKeys(self)
+
+
+class _RecordingKeys(KeysView):
+    def __contains__(self, key):
+        return key in self._mapping
+
+
+@functools.lru_cache(maxsize=None)
+def deepspeed_keys():
+    """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
+    DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
+    misspelt one would silently change nothing.)"""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    seen = set()
+    DeepSpeedConfig(_Recording({"train_micro_batch_size_per_gpu": 1}, seen))
+    return frozenset(seen)
 
 
 def shipped_names():
@@ -46,9 +88,11 @@ def load(name_or_path):
     cfg = read_json(path, what="a DeepSpeed config")
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: a DeepSpeed config is a JSON object")
-    unknown = sorted(set(cfg) - KNOWN_KEYS)
+    unknown = sorted(set(cfg) - deepspeed_keys())
     if unknown:
-        raise UserError(f"{path}: unknown key '{unknown[0]}' (typo? see the DeepSpeed config documentation)")
+        close = difflib.get_close_matches(unknown[0], deepspeed_keys(), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "see the DeepSpeed config documentation"
+        raise UserError(f"{path}: unknown key '{unknown[0]}' ({hint})")
     return cfg
 
 
@@ -80,6 +124,9 @@ def _batch_sizes(cfg, path, world_size):
 def resolve(cfg, path, *, world_size, has_gpu, learning_rate=None):
     """Check the batch arithmetic and the precision against this machine; return a config to run."""
     cfg = copy.deepcopy(cfg)
+    for key in ("fp16", "bf16", "zero_optimization", "optimizer", "scheduler"):  # the sections read here
+        if not isinstance(cfg.get(key, {}), dict) or not isinstance(cfg.get(key, {}).get("params", {}), dict):
+            raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
     micro, gas = _batch_sizes(cfg, path, world_size)
     cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas,
                train_batch_size=micro * gas * world_size)
@@ -96,6 +143,38 @@ def resolve(cfg, path, *, world_size, has_gpu, learning_rate=None):
         opt["lr"] = learning_rate
     if "lr" in opt and not (isinstance(opt["lr"], (int, float)) and 0 < opt["lr"] < 1):
         raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {opt['lr']!r}")
+    _check_with_deepspeed(cfg, path)
+    return cfg
+
+
+def _check_with_deepspeed(cfg, path):
+    """DeepSpeed's own config model on the whole config: unknown keys and bad values inside a section."""
+    from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
+    from pydantic import ValidationError
+
+    # train_batch_size is left out: DeepSpeed would check it for one process; _batch_sizes did, for this world size.
+    try:
+        DeepSpeedConfig({k: v for k, v in cfg.items() if k != "train_batch_size"})
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = [str(part) for part in first["loc"]]
+        if loc and loc[0] not in cfg:  # a section's model reports keys relative to the section
+            loc[:0] = [key for key, value in cfg.items() if isinstance(value, dict) and loc[0] in value][:1]
+        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
+        raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
+    except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{path}: DeepSpeed refuses it: {reason}") from None
+
+
+def place_monitors(cfg, path, output_dir):
+    """Monitors need their package, and write into the run's output dir unless the config names a directory."""
+    for section, package in MONITOR_PACKAGES.items():
+        if cfg.get(section, {}).get("enabled") and importlib.util.find_spec(package) is None:
+            raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
+    for section in FILE_MONITORS:
+        if cfg.get(section, {}).get("enabled") and not cfg[section].get("output_path"):
+            cfg[section]["output_path"] = str(Path(output_dir) / "monitor")
     return cfg
 
 

@@ -2,7 +2,9 @@
 
 Eval features are sorted by length and cut into the same batches whatever the world size; rank r
 runs batches r, r + W, ... So each batch has the same shape and content as in a single-process run,
-and the gathered predictions are byte-identical to it.
+and the gathered predictions are byte-identical to it. Every rank runs the same number of forward
+passes (a rank out of batches repeats the shortest one and drops its output): under ZeRO-3 each
+forward gathers the parameters from all ranks, so a rank that stopped early would hang the others.
 """
 
 import argparse
@@ -30,15 +32,19 @@ def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_
     was_training = module.training
     module.eval()
     mine = {}
+    rounds = -(-len(batches) // world)
     with torch.no_grad():
-        for b in batches[rank::world]:
+        for i in range(rank, rounds * world, world):
+            b = batches[min(i, len(batches) - 1)]  # past the end: a dummy pass whose output is dropped
             cols = inputs[b]
             rows = [dict(zip(cols, values)) for values in zip(*cols.values())]
             batch = {k: v.to(device, non_blocking=True) for k, v in collate(rows).items()}
             out = module(**batch)
             start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-            for j, i in enumerate(b):
-                mine[i] = (start[j, :lengths[i]], end[j, :lengths[i]])
+            if i >= len(batches):
+                continue
+            for j, f in enumerate(b):
+                mine[f] = (start[j, :lengths[f]], end[j, :lengths[f]])
     module.train(was_training)
     parts = distributed.gather_to_rank0(mine, dist) if dist else [mine]
     if parts is None:

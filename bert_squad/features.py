@@ -130,4 +130,5 @@ def feature_report(examples, train_features):
             outside += 1
     return {"examples": len(examples), "features": len(train_features), "answerable": answerable,
             "windows_without_answer": outside, "answers_in_no_window": answerable - len(labelled),
-            "skipped_bad_offsets": len(examples.skipped_ids)}
+            "skipped_bad_offsets": len(examples.skipped_ids),
+            "skipped_empty_questions": len(examples.empty_question_ids)}

@@ -77,12 +77,23 @@ def load_qa_model(model_dir):
         transformers.logging.set_verbosity(verbosity)
 
 
-def export(module, tokenizer, out_dir):
-    """Write model (fp32 safetensors) and tokenizer beside each other, each file replaced atomically."""
+def gathered_state_dict(engine):
+    """The whole model's weights on rank 0 (None elsewhere under ZeRO-3); every rank must call it.
+
+    Under ZeRO-3 each rank holds a slice of every parameter and `state_dict()` returns empty tensors;
+    DeepSpeed gathers them layer by layer onto rank 0 (whatever stage3_gather_16bit_weights_on_model_save
+    says: the export always needs them)."""
+    if engine.zero_optimization_partition_weights():
+        return engine._zero3_consolidated_16bit_state_dict()
+    return engine.module.state_dict()
+
+
+def export(module, state, tokenizer, out_dir):
+    """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically."""
     out_dir = Path(out_dir)
     tmp = out_dir / f".export-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    state = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
+    state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
     module.save_pretrained(str(tmp), state_dict=state)
     tokenizer.save_pretrained(str(tmp))
     _portable_tokenizer_class(tmp / "tokenizer_config.json")

@@ -82,6 +82,7 @@ def check_inputs(cfg):
     ds_config = dsconfig.resolve(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
                                  has_gpu=get_accelerator().device_name() != "cpu",
                                  learning_rate=cfg.train.learning_rate)
+    dsconfig.place_monitors(ds_config, ds_path, cfg.data.output_dir)
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
@@ -120,7 +121,10 @@ def build(cfg, inputs, device):
     dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, False, dist)
                     if inputs.dev_examples else None)
     report = feature_report(inputs.train_examples, features)
-    log(dist, describe_features(inputs.train_examples.source, report, windows, time.perf_counter() - t0))
+    log(dist, describe_features(inputs.train_examples, report, windows, time.perf_counter() - t0))
+    if dev_features is not None:
+        log(dist, f"eval {inputs.dev_examples.source}: {len(inputs.dev_examples)} questions, {len(dev_features)} "
+                  f"features; {inputs.dev_examples.skip_summary()}")
 
     micro, gas = ds_config["train_micro_batch_size_per_gpu"], ds_config["gradient_accumulation_steps"]
     plan = BatchPlan([len(x) for x in features["input_ids"]], micro, dist.world_size, dist.rank,
@@ -193,6 +197,7 @@ def loop(run, cfg, inputs, device, show_bar):
             if progress.step % every.log_every == 0 or progress.step == run.total_steps:
                 run.last_rates = run.meter.log_rates(distributed.all_sum)
                 bar.log(format_rates(progress.step, run.total_steps, engine.get_lr()[0], run.last_rates, device))
+                engine.monitor.write_events(monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`)
             if every.eval_every and progress.step % every.eval_every == 0 and progress.step < run.total_steps:
                 evaluate_now(run, cfg, inputs, device)
@@ -216,6 +221,7 @@ def evaluate_now(run, cfg, inputs, device, output_dir=None):
         return None
     metrics = evaluate(run.engine.module, inputs.dev_examples, run.dev_features, device,
                        inputs.tokenizer.pad_token_id, cfg.answers, inputs.dist, output_dir=output_dir)
+    run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))
         log(inputs.dist, f"eval step {run.progress.step}: {json.dumps(metrics)}")
@@ -227,10 +233,12 @@ def finish(run, cfg, inputs, device):
     dist, out = inputs.dist, Path(cfg.data.output_dir)
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
-    checksums = distributed.gather_to_rank0(weights_checksum(run.engine.module), dist)
+    state = model_lib.gathered_state_dict(run.engine)  # a collective under ZeRO-3
+    digests = distributed.gather_to_rank0(None if state is None else weights_checksum(state), dist)
+    checksums = [d for d in digests or [] if d]  # under ZeRO-3 only rank 0's
     evaluate_now(run, cfg, inputs, device, output_dir=out)
     if dist.is_main:
-        model_lib.export(run.engine.module, inputs.tokenizer, out)
+        model_lib.export(run.engine.module, state, inputs.tokenizer, out)
         write_json_atomic(out / outputs.TRAIN_METRICS, {
             "steps": run.progress.step, "epochs": run.progress.step / run.steps_per_epoch,
             "world_size": dist.world_size, "train_batch_size": inputs.ds_config["train_batch_size"],
@@ -276,12 +284,12 @@ class ProgressDisplay:
         self.bar.update(self.task, completed=step, info=info)
 
 
-def describe_features(source, report, windows, seconds):
-    return (f"train {source}: {report['examples']} questions ({report['answerable']} answerable), "
+def describe_features(examples, report, windows, seconds):
+    return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
             f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
             f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
             f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
-            f"{report['skipped_bad_offsets']} questions skipped (answer_start off its text) [{seconds:.1f}s]")
+            f"{examples.skip_summary()} [{seconds:.1f}s]")
 
 
 def format_rates(step, total, lr, rates, device):
@@ -289,6 +297,14 @@ def format_rates(step, total, lr, rates, device):
     return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
             f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
             f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
+
+
+def monitor_events(rates, samples):
+    """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
+    samples seen, as DeepSpeed's own series are."""
+    return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
+            (("train_loss", "loss"), ("samples_per_second", "samples_per_second"),
+             ("tokens_per_second", "tokens_per_second"))]
 
 
 def param_groups(module, weight_decay):
@@ -299,12 +315,13 @@ def param_groups(module, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def weights_checksum(module):
-    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests."""
+def weights_checksum(state):
+    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests (under
+    ZeRO-3 only rank 0 holds whole weights, so there is one digest)."""
     import hashlib
 
     h = hashlib.sha256()
-    for _, p in sorted(module.state_dict().items()):
+    for _, p in sorted(state.items()):
         h.update(p.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()
 
@@ -359,7 +376,7 @@ def quiet_libraries(debug):
     from deepspeed.utils import logger as ds_logger
 
     ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.* is deprecated")
+    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
     datasets.utils.logging.set_verbosity_warning()
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_warning()

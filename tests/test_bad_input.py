@@ -50,6 +50,12 @@ CASES = {
         lambda w: ["--strict", "--train-file",
                    w("t.json", squad([dict(GOOD_QA, answers=[{"text": "Lugano", "answer_start": 3}])]))],
         r"t.json: question q1: answer_start does not point at the answer text"),
+    "empty question, strict": (
+        lambda w: ["--strict", "--train-file", w("t.json", squad([GOOD_QA, dict(GOOD_QA, id="q5", question=" \t")]))],
+        r"t.json: question q5: empty question \(--strict"),
+    "empty eval question, strict": (
+        lambda w: ["--strict", "--eval-file", w("d.json", squad([dict(GOOD_QA, id="q6", question="")]))],
+        r"d.json: question q6: empty question"),
     "empty context": (lambda w: ["--train-file", w("t.json", squad([GOOD_QA], context="  "))],
                       r"t.json: article 0 \('T'\) paragraph 0: empty context"),
     "unknown dataset": (lambda w: ["--dataset", "squad_v3"], r"unknown dataset 'squad_v3'"),
@@ -87,6 +93,17 @@ def test_answer_start_mismatch_is_counted_and_skipped(tmp_path):
     p.write_text(json.dumps(squad([GOOD_QA, bad])))
     ex = read_squad(p)
     assert [r["id"] for r in ex.records] == ["q1"] and ex.skipped_ids == ["q2"]
+
+
+def test_empty_questions_are_counted_and_skipped(tmp_path):
+    qas = [GOOD_QA, dict(GOOD_QA, id="q2", question=""), dict(GOOD_QA, id="q3", question=" \n "),
+           dict(GOOD_QA, id="q4", answers=[{"text": "Lugano", "answer_start": 3}])]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(squad(qas)))
+    ex = read_squad(p)
+    assert [r["id"] for r in ex.records] == ["q1"]
+    assert ex.empty_question_ids == ["q2", "q3"] and ex.skipped_ids == ["q4"]
+    assert ex.skip_summary() == "1 questions skipped (answer_start off its text), 2 skipped (empty question)"
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):

@@ -14,8 +14,8 @@ from bert_squad.errors import UserError
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
 
 
-def test_all_four_configs_ship():
-    assert {p.name for p in SHIPPED} == {"ds_fp32.json", "ds_fp16.json", "ds_bf16.json", "ds_zero2.json"}
+def test_all_five_configs_ship():
+    assert {p.name for p in SHIPPED} == {"ds_fp32.json", "ds_fp16.json", "ds_bf16.json", "ds_zero2.json", "ds_zero3.json"}
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -65,10 +65,41 @@ def test_impossible_values(cfg, message):
 def test_unknown_key_and_malformed_file(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 8, "fp61": {"enabled": True}}))
-    with pytest.raises(UserError, match=f"{p}: unknown key 'fp61'"):
+    with pytest.raises(UserError, match=f"{p}: unknown key 'fp61' \\(did you mean 'fp16'\\?\\)"):
         load_ds_config(p)
     p.write_text('{"train_micro_batch_size_per_gpu": 8,')
     with pytest.raises(UserError, match="malformed JSON at line 1"):
         load_ds_config(p)
     with pytest.raises(UserError, match="no such DeepSpeed config"):
         load_ds_config(Path(tmp_path / "missing.json"))
+
+
+def test_deepspeed_judges_the_keys(tmp_path):
+    """Sections DeepSpeed reads are valid without a hand-kept list; inside a section its own model judges."""
+    valid = {"train_micro_batch_size_per_gpu": 8, "tensorboard": {"enabled": False, "output_path": "tb"},
+             "wandb": {"enabled": False, "project": "p"}, "csv_monitor": {"enabled": False},
+             "comet": {"enabled": False}, "aio": {"block_size": 1048576}, "flops_profiler": {"enabled": False},
+             "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(valid))
+    resolve_ds_config(load_ds_config(p), p, world_size=2, has_gpu=False)
+    for section, message in ((("zero_optimization", {"stage": 3, "stage3_prefetch_bucket_sise": 1}),
+                              "zero_optimization.stage3_prefetch_bucket_sise: unknown key"),
+                             (("csv_monitor", {"enabled": True, "jobname": "x"}), "csv_monitor.jobname: unknown key"),
+                             (("tensorboard", {"enabled": "maybe"}), "tensorboard.enabled: input should be a valid "
+                                                                    "boolean"),
+                             (("optimizer", "AdamW"), "'optimizer' and its 'params' must be JSON objects"),
+                             (("elasticity", {}), "DeepSpeed refuses it: Elastic training has been removed")):
+        with pytest.raises(UserError, match=f"^{p}: {message}") as err:
+            resolve_ds_config(dict(valid, **dict([section])), p, world_size=1, has_gpu=False)
+        assert "\n" not in str(err.value)
+
+
+def test_monitors_write_into_the_output_dir_unless_named(tmp_path):
+    from bert_squad.dsconfig import place_monitors
+
+    cfg = {"csv_monitor": {"enabled": True}, "tensorboard": {"enabled": False}}
+    place_monitors(cfg, "c.json", tmp_path)
+    assert cfg["csv_monitor"]["output_path"] == str(tmp_path / "monitor") and "output_path" not in cfg["tensorboard"]
+    named = {"csv_monitor": {"enabled": True, "output_path": "/elsewhere"}}
+    assert place_monitors(named, "c.json", tmp_path)["csv_monitor"]["output_path"] == "/elsewhere"

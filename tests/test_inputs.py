@@ -68,3 +68,27 @@ def test_train_set_smaller_than_one_global_batch_trains(tiny_model, sample_train
     assert r.returncode == 0, r.stderr[-3000:]
     assert "fewer than one global batch of 16" in r.stdout
     assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_dev, tmp_path):
+    """An empty question in the train or eval file is skipped, and the start-up lines say how many."""
+    def with_empty_questions(path, n):
+        doc = json.loads(path.read_text())
+        for qa in doc["data"][0]["paragraphs"][0]["qas"][:n]:
+            qa["question"] = "" if n > 1 else "\t "
+        out = tmp_path / path.name
+        out.write_text(json.dumps(doc))
+        return out
+
+    train, dev = with_empty_questions(sample_train, 2), with_empty_questions(sample_dev, 1)
+    r = run_bert_squad("--model", tiny_model, "--train-file", train, "--eval-file", dev, "--max-steps", 1,
+                       "--max-seq-length", 96, "--doc-stride", 16, "--output-dir", tmp_path / "out",
+                       "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, r.stderr[-3000:]
+    questions = {p: sum(len(para["qas"]) for a in json.loads(p.read_text())["data"] for para in a["paragraphs"])
+                 for p in (train, dev)}
+    assert (f"train {train}: {questions[train] - 2} questions" in r.stdout
+            and "0 questions skipped (answer_start off its text), 2 skipped (empty question)" in r.stdout), r.stdout
+    assert f"eval {dev}: {questions[dev] - 1} questions" in r.stdout and "1 skipped (empty question)" in r.stdout
+    assert len(json.loads((tmp_path / "out" / "predictions.json").read_text())) == questions[dev] - 1

@@ -243,3 +243,34 @@ def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, 
     assert len(rows) == 1 and (rows[0]["seeds"], rows[0]["finished"]) == ("1 2", "2")
     assert "| default | 1 2 | 2 | 2 |" in (sweep_dir / "summary.md").read_text()
     assert (sweep_dir / "f1_by_combination.png").stat().st_size > 0
+
+
+def test_submit_checks_what_the_job_needs_from_the_checkout(tmp_path, monkeypatch, capsys):
+    """The job runs the checkout it was submitted from: from elsewhere, or with a training file the job would
+    not find there, the submission is refused with one line and sbatch never runs."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 9'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{ROOT / '.venv' / 'bin'}:/usr/bin:/bin")
+    monkeypatch.delenv("BERT_SQUAD_REPO", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    argv = ["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--submit", "--",
+            "--model", "m", "--train-file", "bert_squad/sample/train-v1.1.json", "--deepspeed_config",
+            "configs/ds_fp32.json"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"bert-squad sweep: error: {elsewhere} has no bert_squad/ (the job runs the checkout it is "
+                       f"submitted from): submit from the repository root or set BERT_SQUAD_REPO to it")
+    assert not (tmp_path / "script").exists() and not (tmp_path / "runs").exists()
+
+    monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
+    assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the "
+                                                    f"job resolves it")
+    assert cli.main(argv) == 0 and "Submitted batch job 9" in capsys.readouterr().out
+    assert "sweep run" in (tmp_path / "script").read_text()
+    assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
+    assert "nowhere.json: no such file" in capsys.readouterr().err

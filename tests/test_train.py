@@ -122,3 +122,100 @@ def test_download_only_without_network_is_one_clear_line(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("bert-squad: error: cannot reach the Hugging Face hub for model 'bert-base-uncased'")
     assert "Traceback" not in r.stderr
+
+
+def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_path):
+    """csv_monitor (and tensorboard, where installed) get the log lines' loss and throughput and DeepSpeed's
+    learning rate, in the directory the config names (csv: none named, so the run's output dir)."""
+    import csv
+    import importlib.util
+    import math
+
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupDecayLR
+
+    cfg = json.loads((ROOT / "configs" / "ds_fp32.json").read_text())
+    cfg["csv_monitor"] = {"enabled": True, "job_name": "tiny"}
+    has_tb = importlib.util.find_spec("tensorboard") is not None
+    if has_tb:
+        cfg["tensorboard"] = {"enabled": True, "output_path": str(tmp_path / "tb"), "job_name": "tiny"}
+    (tmp_path / "monitored.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
+                       "--max-steps", 6, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
+                       "--deepspeed_config", tmp_path / "monitored.json", *TINY_ARGS[:-1], "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    def series(name):
+        with open(out / "monitor" / "tiny" / f"Train_Samples_{name}.csv") as f:
+            rows = list(csv.reader(f))
+        assert rows[0] == ["step", name]
+        return [(int(step), float(value)) for step, value in rows[1:]]
+
+    losses_logged = series("train_loss")
+    assert [s for s, _ in losses_logged] == [32, 64, 96]  # samples seen at steps 2, 4 and 6
+    assert all(math.isfinite(v) and v > 0 for _, v in losses_logged)
+    assert [round(v, 4) for _, v in losses_logged] == losses(r.stdout)  # the values the log lines print
+    assert all(v > 0 for _, v in series("samples_per_second")) and len(series("tokens_per_second")) == 3
+    # The learning rate at every step is the schedule's: WarmupDecayLR with the "auto" values filled in.
+    param = torch.nn.Parameter(torch.zeros(1))
+    schedule = WarmupDecayLR(torch.optim.SGD([param], lr=1e-3), total_num_steps=6, warmup_min_lr=0,
+                             warmup_max_lr=1e-3, warmup_num_steps=1, warmup_type="linear")
+    expected = []
+    for _ in range(6):
+        schedule.step()
+        expected.append(schedule.get_lr()[0])
+    assert [s for s, _ in series("lr")] == [16 * i for i in range(1, 7)]
+    assert [v for _, v in series("lr")] == pytest.approx(expected, rel=1e-6)
+    if has_tb:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(tmp_path / "tb" / "tiny"))
+        events.Reload()
+        assert [e.value for e in events.Scalars("Train/Samples/train_loss")] == pytest.approx(
+            [v for _, v in losses_logged])
+        assert len(events.Scalars("Train/Samples/lr")) == 6
+
+
+def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model, sample_train, sample_dev, tmp_path):
+    """ZeRO-3 partitions every parameter (threshold 0: even the tiny model's): evaluation with one batch
+    keeps rank 1 in the collectives, the export holds the gathered weights (the evaluation of the exported
+    model on one process gives the run's predictions), and a resumed run ends bit-identical."""
+    require_mpirun()
+    from safetensors.torch import load_file
+    from transformers import AutoModelForQuestionAnswering
+
+    cfg = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())
+    cfg.pop("fp16")  # fp32 on CPU
+    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    (tmp_path / "zero3.json").write_text(json.dumps(cfg))
+    dev = json.loads(sample_dev.read_text())
+    dev["data"] = dev["data"][:1]
+    para = dev["data"][0]["paragraphs"][0]
+    dev["data"][0]["paragraphs"] = [dict(para, qas=para["qas"][:2])]  # one eval batch (< 64 features), two ranks
+    (tmp_path / "dev.json").write_text(json.dumps(dev))
+    common = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", tmp_path / "dev.json",
+              "--max-steps", 4, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache", "--dist-timeout", 60,
+              "--deepspeed_config", tmp_path / "zero3.json", *TINY_ARGS]
+    out = tmp_path / "out"
+    r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fp32, zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+
+    exported, initial = load_file(str(out / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
+    for name, weight in initial.items():
+        if name in exported:
+            assert exported[name].shape == weight.shape and not exported[name].equal(weight), name
+    assert exported["qa_outputs.weight"].shape == (2, 32)
+    AutoModelForQuestionAnswering.from_pretrained(str(out))
+    again = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", tmp_path / "dev.json",
+                           "--output-dir", tmp_path / "eval", "--cache-dir", tmp_path / "cache", *TINY_ARGS[:-2])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "eval" / "predictions.json").read_text() == (out / "predictions.json").read_text()
+
+    resumed = tmp_path / "resumed"
+    r = run_bert_squad(*common, "--output-dir", resumed, "--resume", out / "checkpoints" / "step00000002",
+                       launcher=MPIRUN)
+    assert r.returncode == 0 and "at step 2" in r.stdout, r.stderr[-3000:]
+    weights = load_file(str(resumed / "model.safetensors"))
+    assert weights.keys() == exported.keys() and all(weights[k].equal(exported[k]) for k in weights)

@@ -6,6 +6,7 @@ A script is rendered from a `JobSpec`, which `launch` builds from its command li
 """
 
 import argparse
+import os
 import re
 import shlex
 import shutil
@@ -152,6 +153,38 @@ def render(spec, train_args, command, extra_sbatch=None):
     return re.sub(r"\{\{(\w+)\}\}", fill, TEMPLATE_FILE.read_text())
 
 
+def check_job_inputs(train_args):
+    """What the job takes from the submit side, checked now rather than in every task hours later: it runs
+    `python -m bert_squad` in the checkout it was submitted from (or $BERT_SQUAD_REPO), and relative paths
+    in its training arguments (a DeepSpeed config, train and eval files) resolve there."""
+    from bert_squad import dsconfig
+
+    repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
+    if not (repo / "bert_squad" / "__init__.py").is_file():
+        raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
+                        f"the repository root or set BERT_SQUAD_REPO to it")
+    args, _ = training_parser().parse_known_args(["0" if "$" in a else a for a in train_args])  # $WORDS: the job's shell's
+    for value in (args.deepspeed_config, args.train_file, args.eval_file):
+        if not value or (repo / value).is_file():
+            continue
+        if value == args.deepspeed_config and Path(value).parent == Path(".") and (
+                Path(value).stem in dsconfig.shipped_names()):
+            continue
+        raise UserError(f"{value}: no such file in {repo}, where the job resolves it")
+
+
+def training_parser():
+    """The training parser, whose complaints are one-line UserErrors about the job's training arguments."""
+    from bert_squad import config
+
+    def fail(message):
+        raise UserError(f"training arguments: {message}")
+
+    parser = config.training_parser()
+    parser.error = fail
+    return parser
+
+
 def submit(script):
     """sbatch the script; returns the job id (None if sbatch's reply names none)."""
     if not shutil.which("sbatch"):
@@ -194,6 +227,7 @@ def main(argv):
     args = build_parser(sites).parse_args(own)
     script = render(job_spec(args), train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
+        check_job_inputs(train_args or load_sites()[args.site]["train_args"])
         submit(script)
         return 0
     sys.stdout.write(script)

@@ -132,12 +132,7 @@ def common_args(site, train_args):
 
 def check_training_args(argv):
     """Typos and bad values in the training arguments fail here, not in every array task."""
-    def fail(message):
-        raise UserError(f"training arguments: {message}")
-
-    parser = config.training_parser()
-    parser.error = fail
-    config.parse_run_config(argv, parser)
+    config.parse_run_config(argv, launch.training_parser())
 
 
 def build_parser(sites):
@@ -204,6 +199,7 @@ def main(argv):
     if not args.submit:
         sys.stdout.write(script)
         return 0
+    launch.check_job_inputs(manifest["train_args"])
     job_file = sweep_dir / JOB_FILE
     if job_file.exists():
         job_id = job_file.read_text().strip()

@@ -1,0 +1,192 @@
+"""Command-line fuzz: random options, values and small files over every command end in exit 0, 2 or 75,
+never a traceback, and never leave a half-written output dir.
+
+Options come from each command's own argparse parser (the first one its `main` builds), so a new subcommand
+in cli.SUBCOMMANDS or a new option is fuzzed without touching this file. In-process runs of the training
+entry stop where the process group would start (everything before it is the input checking under test;
+training itself is slow): `ReachedTraining` counts as accepted input. A few subprocess runs train and
+evaluate for real, one step. Never drawn: --submit (this machine has a real Slurm), --download-only (the
+network), --debug (prints tracebacks on purpose).
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bert_squad import cli, distributed, viewer
+from conftest import PYTHON, ROOT
+
+NEVER = {"--submit", "--download-only", "--debug", "--help", "-h"}
+TEMP_MARKS = (".tmp", ".export-", ".write-test-")
+
+
+class Captured(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+class ReachedTraining(Exception):
+    """Every input check passed: the process group would start now."""
+
+
+def parser_of(action, argv):
+    """The first parser `action(argv)` parses with."""
+    def capture(self, *args, **kwargs):
+        raise Captured(self)
+
+    saved = argparse.ArgumentParser.parse_known_args
+    argparse.ArgumentParser.parse_known_args = capture
+    try:
+        action(argv)
+    except Captured as got:
+        return got.parser
+    finally:
+        argparse.ArgumentParser.parse_known_args = saved
+    raise AssertionError(f"{action} parsed no arguments")
+
+
+def _main_of(name):
+    import importlib
+
+    return importlib.import_module(cli.SUBCOMMANDS[name]).main
+
+
+COMMANDS = [*cli.SUBCOMMANDS, "train", "bert-squad-test"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_model, sample_dev):
+    d = tmp_path_factory.mktemp("fuzz-files")
+    dev = json.loads(sample_dev.read_text())
+    para = dev["data"][0]["paragraphs"][0]
+    small = {"version": "1.1", "data": [{"title": "t", "paragraphs": [dict(para, qas=para["qas"][:3])]}]}
+    contents = {
+        "empty.json": "", "malformed.json": '{"data": [', "list.json": "[1, 2]", "small.json": json.dumps(small),
+        "wrong.json": json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": " ",
+                                                                                       "answers": []}]}]}]}),
+        "preds.json": json.dumps({qa["id"]: "x" for qa in small["data"][0]["paragraphs"][0]["qas"]}),
+        "ds.json": json.dumps({"train_micro_batch_size_per_gpu": 2, "optimizer": "AdamW"}),
+        "ds_typo.json": json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimisation": {"stage": 3}}),
+        "sweep.json": json.dumps({"combinations": "x"}),
+    }
+    for name, text in contents.items():
+        (d / name).write_text(text)
+    (d / "sweep").mkdir()
+    (d / "sweep" / "sweep.json").write_text(json.dumps({"name": "s", "train_args": [], "combinations": []}))
+    paths = [str(d / n) for n in contents] + [str(d), str(d / "missing.json"), str(tiny_model), str(d / "sweep")]
+    base = {  # enough for a command to get past its required options, so the drawn ones are reached
+        "train": ["--model", str(tiny_model), "--train-file", str(d / "small.json"), "--cache-dir", str(d / "cache"),
+                  "--output-dir", "out", "--max-steps", "1"],
+        "evaluate": ["--model-dir", str(tiny_model), "--eval-file", str(d / "small.json"), "--output-dir", "out",
+                     "--cache-dir", str(d / "cache")],
+        "score": ["--eval-file", str(d / "small.json"), "--predictions", str(d / "preds.json")],
+        "check-cache": ["--model", str(tiny_model)],
+        "launch": ["--site", "generic"],
+        "sweep": ["--site", "generic", "--seeds", "1", "--runs-dir", "runs"],
+        "summarize": [str(d / "sweep")],
+        "bert-squad-test": ["--model-file", str(tiny_model), "--eval-file", str(d / "small.json"),
+                            "--num-test-samples", "2", "--json"],
+    }
+    return paths, base
+
+
+def entry(name):
+    if name == "train":
+        return lambda argv: cli.main(argv)
+    if name == "bert-squad-test":
+        return viewer.main
+    return lambda argv: cli.main([name, *argv])
+
+
+def argv_strategy(parser, paths):
+    values = st.sampled_from(["", "0", "1", "-1", "3", "1e-3", "-0.5", "nan", "x", "auto", "ds_fp32", "1-2",
+                              "a=b", "learning_rate=1e-3,2e-3", "squad_v2"]) | st.sampled_from(paths)
+    options = [a for a in parser._actions if a.option_strings and not set(a.option_strings) & NEVER]
+    positional = [a for a in parser._actions if not a.option_strings]
+
+    @st.composite
+    def draw(draw):
+        argv = []
+        for action in draw(st.lists(st.sampled_from(options), max_size=4)) if options else []:
+            argv.append(draw(st.sampled_from(action.option_strings)))
+            if action.nargs != 0:
+                argv.append(draw(values))
+        if positional and draw(st.booleans()):
+            argv.append(draw(values))
+        return argv
+
+    return draw()
+
+
+def check_outcome(code, output, workdir, argv):
+    assert code in (0, 2, 75), f"exit {code} for {argv}:\n{output[-3000:]}"
+    assert "Traceback" not in output, f"{argv}:\n{output[-3000:]}"
+    for path in Path(workdir).rglob("*"):
+        assert not any(mark in path.name for mark in TEMP_MARKS), f"{path} left by {argv}"
+    out = Path(workdir) / "out"
+    if out.is_dir() and not (out / "train_metrics.json").exists():
+        assert not (out / "model.safetensors").exists(), f"half-written {out} after {argv}"
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_fuzz_in_process(name, files, tmp_path, monkeypatch):
+    paths, base = files
+    parser = parser_of(entry(name), base[name])
+
+    def no_training(*args, **kwargs):
+        raise ReachedTraining
+
+    monkeypatch.setattr(distributed, "process_group", no_training)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(drawn=argv_strategy(parser, paths), n=st.integers(0, 10**9))
+    def run(drawn, n):
+        workdir = tmp_path / f"w{n}"
+        workdir.mkdir(exist_ok=True)
+        argv = [*base[name], *drawn]
+        output = io.StringIO()
+        cwd = os.getcwd()
+        os.chdir(workdir)
+        try:
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+                try:
+                    code = entry(name)(argv)
+                except SystemExit as stop:  # argparse: --help (0) or a usage error (2)
+                    code = stop.code
+                except ReachedTraining:
+                    code = 0
+        finally:
+            os.chdir(cwd)
+        check_outcome(code, output.getvalue(), workdir, argv)
+
+    run()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["train", "evaluate"])
+def test_fuzz_subprocess_runs_for_real(name, files, tmp_path):
+    """A few whole runs in their own process: training one step, evaluation, their exit codes and files."""
+    paths, base = files
+    parser = parser_of(entry(name), base[name])
+    tiny = ["--max-seq-length", "64", "--max-query-length", "16", "--doc-stride", "16", "--no-eval"]
+
+    @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(drawn=argv_strategy(parser, paths), n=st.integers(0, 10**9))
+    def run(drawn, n):
+        workdir = tmp_path / f"w{n}"
+        workdir.mkdir(exist_ok=True)
+        argv = [*base[name], *drawn, *(tiny if name == "train" else [])]
+        cmd = [PYTHON, "-m", "bert_squad", *([] if name == "train" else [name]), *argv]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env, timeout=300)
+        check_outcome(r.returncode, r.stdout + r.stderr, workdir, argv)
+
+    run()
