@@ -106,11 +106,11 @@ def build_features(examples, tokenizer, win, cache_dir, train, dist=None):
     datasets.disable_progress_bars()
     ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
     fn = prepare_train if train else prepare_eval
+    kind = "train" if train else "eval"
     kwargs = dict(batched=True, batch_size=1000, remove_columns=ds.column_names,
                   fn_kwargs={"tokenizer": tokenizer, "win": win})
-    if cache_dir is None:
-        return ds.map(fn, keep_in_memory=True, **kwargs)
-    kind = "train" if train else "eval"
+    if cache_dir is None:  # nothing on disk, so no fingerprint needed: hashing the tokenizer costs more than the work
+        return ds.map(fn, keep_in_memory=True, new_fingerprint=f"in-memory-{kind}", **kwargs)
     cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
