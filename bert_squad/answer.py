@@ -50,7 +50,11 @@ class Answerer:
     def __init__(self, module, tokenizer, device="cpu", windows=None, answers=None, null_answer=False):
         import torch
 
-        self.device = torch.device(device)
+        try:  # a device this torch was not built for, or that this machine lacks
+            self.device = torch.device(device)
+            torch.empty(0, device=self.device)
+        except (RuntimeError, AssertionError) as err:
+            raise UserError(f"device '{device}' is not usable here ({str(err).splitlines()[0]})") from None
         self.module = module.to(self.device).eval()
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()
@@ -124,8 +128,9 @@ def read_questions(path):
         pairs.append((obj["question"], obj["context"]))
     if not pairs:
         raise UserError(f"{path}: no questions")
-    if len(set(ids)) < len(ids):
-        raise UserError(f"{path}: ids repeat; give each line its own id")
+    repeated = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
+    if repeated is not None:
+        raise UserError(f"{path}: id '{repeated}' repeats; give each line its own id")
     return ids, pairs
 
 

@@ -99,6 +99,7 @@ BAD_LINES = {
     "not an object": ('["Who?", "Ada"]', "questions.jsonl:2: a line is a JSON object"),
     "no context": ('{"question": "Who?"}', "questions.jsonl:2: field 'context' should be a non-empty string"),
     "empty question": ('{"question": "  ", "context": "Ada"}', "questions.jsonl:2: field 'question' should be"),
+    "repeated id": ('{"question": "Who?", "context": "Ada", "id": 1}', "questions.jsonl: id '1' repeats"),
 }
 
 
@@ -106,7 +107,7 @@ BAD_LINES = {
 def test_a_bad_input_line_is_named(tiny_model, tmp_path, case):
     line, message = BAD_LINES[case]
     path = tmp_path / "questions.jsonl"
-    path.write_text('{"question": "Who?", "context": "Ada wrote it."}\n' + line + "\n")
+    path.write_text('{"question": "Who?", "context": "Ada wrote it.", "id": 1}\n' + line + "\n")
     done = run_answer("--model-dir", tiny_model, "--input", path)
     assert done.returncode == 2
     [err] = done.stderr.splitlines()
@@ -118,7 +119,8 @@ def test_a_bad_input_line_is_named(tiny_model, tmp_path, case):
     (["--question", "Who?", "--context", " \n"], "--context: the context is empty"),
     (["--question", "Who?", "--context-file", "/nonexistent/ctx.txt"], "/nonexistent/ctx.txt: no such file"),
     (["--question", "Who?"], "--question needs --context or --context-file"),
-], ids=["empty-question", "empty-context", "no-context-file", "no-context"])
+    (["--question", "Who?", "--context", "Ada wrote it.", "--device", "tpu"], "device 'tpu' is not usable here"),
+], ids=["empty-question", "empty-context", "no-context-file", "no-context", "bad-device"])
 def test_bad_question_or_context_is_one_line(tiny_model, args, message):
     done = run_answer("--model-dir", tiny_model, *args)
     assert done.returncode == 2

@@ -109,7 +109,7 @@ def entry(name):
 
 def argv_strategy(parser, paths):
     values = st.sampled_from(["", "0", "1", "-1", "3", "1e-3", "-0.5", "nan", "x", "auto", "ds_fp32", "1-2",
-                              "a=b", "learning_rate=1e-3,2e-3", "squad_v2"]) | st.sampled_from(paths)
+                              "a=b", "learning_rate=1e-3,2e-3", "squad_v2", "cuda"]) | st.sampled_from(paths)
     options = [a for a in parser._actions if a.option_strings and not set(a.option_strings) & NEVER]
     positional = [a for a in parser._actions if not a.option_strings]
 
