@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, require_mpirun
+from conftest import ROOT, require_mpirun, run_bert_squad
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
@@ -226,6 +226,15 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == size and metrics["steps"] == 4
+    # Data parallelism held across the nodes: every rank ends with the same weights.
+    digests = metrics["weights_sha256_per_rank"]
+    assert len(digests) == size and len(set(digests)) == 1, digests
+    # The job's evaluation ran on 4 ranks over 2 nodes; one process on the exported model predicts the same.
+    single = tmp_path / "single"
+    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", sample_dev, "--output-dir", single,
+                       "--cache-dir", tmp_path / "cache", "--max-seq-length", "128", "--doc-stride", "48")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (single / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
 
 
 @pytest.mark.slow
