@@ -15,6 +15,8 @@ import pytest
 
 from conftest import ROOT, require_mpirun, run_bert_squad
 
+from bert_squad.distributed import job_port
+
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
 PY = sys.executable  # the project's venv (torch, python-hostlist)
@@ -98,25 +100,31 @@ def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
 
 
 GLOO = r"""
-import os, socket, sys, time
+import os, pathlib, socket, sys, time
 from datetime import timedelta
-import hostlist, torch, torch.distributed as dist
-from bert_squad.distributed import job_port
-e = os.environ
+import torch, torch.distributed as dist
+from bert_squad.distributed import detect
 def say(*words):  # one write per line: the ranks of a node share the output file
     os.write(1, (" ".join(map(str, words)) + "\n").encode())
-rank, size = int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"])
-addr, port = hostlist.expand_hostlist(e["SLURM_JOB_NODELIST"])[0], job_port(e["SLURM_JOB_ID"])
-dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
-                        timeout=timedelta(seconds=float(sys.argv[1])))
-t = torch.tensor([rank + 1.0])
+d = detect()  # rank, size, MASTER_ADDR and port from srun's variables, as the training does
+dist.init_process_group("gloo", init_method=f"tcp://{d.master_addr}:{d.master_port}", rank=d.rank,
+                        world_size=d.world_size, timeout=timedelta(seconds=float(sys.argv[1])))
+t = torch.tensor([d.rank + 1.0])
 dist.all_reduce(t)
-say("sum", rank, socket.gethostname(), t.item())
+say("sum", d.rank, socket.gethostname(), t.item(), "master", f"{d.master_addr}:{d.master_port}")
 if sys.argv[2] == "loop":
-    say("looping", rank, socket.gethostname())
+    say("looping", d.rank, socket.gethostname())
     while True:
         dist.all_reduce(torch.ones(1))
         time.sleep(0.05)
+if sys.argv[2] == "meet":  # hold this job's group open until `count` jobs have theirs open: meet DIR COUNT
+    folder, count = pathlib.Path(sys.argv[3]), int(sys.argv[4])
+    (folder / f"{os.environ['SLURM_JOB_ID']}.{d.rank}").touch()
+    deadline = time.time() + 120
+    while len(list(folder.iterdir())) < count * d.world_size and time.time() < deadline:
+        time.sleep(0.2)
+    dist.all_reduce(t)
+    say("met", d.rank, len(list(folder.iterdir())), t.item())
 dist.destroy_process_group()
 """
 
@@ -130,6 +138,30 @@ def test_gloo_all_reduce_across_nodes(multinode_cluster, tmp_path):
     assert sorted(int(s[1]) for s in sums) == list(range(size)), text
     assert {s[3] for s in sums} == {str(float(size * (size + 1) // 2))}, text
     assert collections.Counter(s[2] for s in sums) == {n.name: 2 for n in multinode_cluster.nodes}, text
+
+
+def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path):
+    """Two 2-node jobs, one core per node each, run at once on the same nodes, both with their master on
+    node1: each one's port comes from its job id (distributed.job_port), so both rendezvous succeed, and
+    each job holds its group open until the other has one too."""
+    c = multinode_cluster
+    (tmp_path / "gloo.py").write_text(GLOO)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 120 meet {meet} 2\n")
+    jobs = [c.sbatch(script, ["--nodes=2", "--ntasks-per-node=1", f"--output={tmp_path}/job-%j.out"],
+                     env=job_env(tmp_path), cwd=ROOT) for _ in range(2)]
+    infos = [c.wait(job, timeout=300) for job in jobs]
+    texts = [(tmp_path / f"job-{job}.out").read_text() for job in jobs]
+    masters = set()
+    for info, text in zip(infos, texts):
+        assert_ok(info, text)
+        assert info["NodeList"] == "node[1-2]", info
+        assert sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met ")) == [
+            ["met", "0", "4"], ["met", "1", "4"]], text
+        masters |= {line.split()[-1] for line in text.splitlines() if line.startswith("sum ")}
+    assert masters == {f"node1:{job_port(job)}" for job in jobs}, masters
 
 
 @pytest.mark.slow
