@@ -165,6 +165,33 @@ def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path
 
 
 @pytest.mark.slow
+def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, sample_train, tmp_path):
+    """`bert-squad sweep --submit` of two seeds whose runs each take a whole node (SBATCH_EXCLUSIVE, as a
+    run of all of a node's GPUs would): the two array tasks run at once, one on each node."""
+    c = multinode_cluster
+    runs = tmp_path / "runs"
+    train = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2", "--max-seq-length", "96",
+             "--doc-stride", "16", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval",
+             "--cache-dir", tmp_path / "cache"]
+    env = {**c.env, **job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
+                              BERT_SQUAD_CACHE=str(tmp_path / "cache"), SBATCH_EXCLUSIVE="exclusive")}
+    proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs, "--submit", "--", *map(str, train),
+                 env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
+    nodes = []
+    for task in ("0", "1"):
+        info = c.wait(f"{array_job}_{task}", timeout=600)
+        log = (runs / "seeds" / f"slurm-{array_job}_{task}.out").read_text()
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{log[-3000:]}"
+        nodes.append(info["NodeList"])
+    assert sorted(nodes) == [n.name for n in c.nodes], nodes
+    for seed in (1, 2):
+        metrics = json.loads((runs / "seeds" / f"seed={seed}" / "train_metrics.json").read_text())
+        assert metrics["steps"] == 2 and metrics["config"]["train"]["seed"] == seed
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["crash", "power-loss"])
 def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
     """The last node is lost while the ranks are in a gloo loop (its slurmd and the job's processes there
