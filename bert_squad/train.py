@@ -96,7 +96,7 @@ def check_inputs(cfg):
 def train(cfg, inputs, device):
     """Build the run, train it, and finish it unless a stop was requested."""
     run = build(cfg, inputs, device)
-    show_bar = sys.stdout.isatty() and inputs.dist.launcher in ("single", "env")  # MPI ranks get a pty too
+    show_bar = sys.stdout.isatty() and not distributed.started_by_launcher()
     if loop(run, cfg, inputs, device, show_bar) == EXIT_STOPPED:
         return EXIT_STOPPED
     finish(run, cfg, inputs, device)
