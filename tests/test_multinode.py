@@ -12,9 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from conftest import ROOT, require_mpirun, run_bert_squad
 
+from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.distributed import job_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
@@ -231,26 +234,29 @@ def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
         c.wait_all_idle(timeout=180)
 
 
-def submit_training(c, tmp_path, launcher, args):
-    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node."""
+def submit_training(c, tmp_path, launcher, args, requeue=False):
+    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node; with
+    `requeue` the job requeues itself after a checkpointed stop and appends to its log."""
     env = job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
-                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher)
+                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher,
+                  BERT_SQUAD_REQUEUE="1" if requeue else "0")
     log = tmp_path / "job-%j.out"
     job = c.sbatch(ROOT / "slurm" / "generic.sbatch",
-                   [f"--nodes={len(c.nodes)}", "--ntasks-per-node=2", "--no-requeue", f"--output={log}"],
+                   [f"--nodes={len(c.nodes)}", "--ntasks-per-node=2", f"--output={log}",
+                    *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])],
                    args, env=env, cwd=ROOT)
     return job, Path(str(log).replace("%j", job))
 
 
-def wait_for_training(c, job, log, timeout=600):
+def wait_for_training(c, job, log, timeout=600, pattern=r"training \d+ steps"):
+    """Until the log shows `pattern`; by default the line printed once the stop handler is installed."""
     deadline = time.time() + timeout
     text = ""
-    # The stop handler is installed before "training N steps" is printed.
-    while time.time() < deadline and not re.search(r"training \d+ steps", text):
+    while time.time() < deadline and not re.search(pattern, text):
         assert c.job(job).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), text[-3000:]
-        time.sleep(1)
+        time.sleep(0.5)
         text = log.read_text() if log.exists() else ""
-    assert re.search(r"training \d+ steps", text), text[-3000:]
+    assert re.search(pattern, text), text[-3000:]
 
 
 def assert_spans_nodes(text, size):
@@ -320,33 +326,61 @@ def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_mod
     assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
 
 
-def long_training(tiny_model, sample_train, out):
-    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "100000", "--log-every", "1",
+def long_training(tiny_model, sample_train, out, steps=100000):
+    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", steps, "--log-every", "1",
             "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
             "--no-eval", "--output-dir", out]
 
 
+RESUME_STEPS = 200  # about 20 s at 4 ranks on 2 cores: room for the signal to arrive mid-run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(multinode_cluster, tiny_model, sample_train, tmp_path_factory):
+    """The weights of an uninterrupted 2-node, 4-rank run of RESUME_STEPS steps."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    args = long_training(tiny_model, sample_train, tmp / "model", RESUME_STEPS)
+    job, log = submit_training(multinode_cluster, tmp, "srun", args)
+    info = multinode_cluster.wait(job, timeout=900)
+    assert_ok(info, log.read_text())
+    return load_file(tmp / "model" / "model.safetensors")
+
+
 @pytest.mark.slow
 @LAUNCHERS
-def test_end_of_job_signal_stops_all_nodes_at_a_checkpoint(multinode_cluster, tiny_model, sample_train, tmp_path,
-                                                           launcher):
-    """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher; all stop at one step."""
+def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cluster, tiny_model, sample_train,
+                                                                    tmp_path, launcher, uninterrupted):
+    """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher: all four stop at
+    one step and save one checkpoint, the job exits 75 and requeues itself, and the requeued job resumes
+    there and ends with the uninterrupted run's weights, bit for bit."""
     if launcher == "mpirun":
         require_mpirun()
     c = multinode_cluster
     out = tmp_path / "model"
-    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, out))
+    args = [*long_training(tiny_model, sample_train, out, RESUME_STEPS), "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args, requeue=True)
     try:
-        wait_for_training(c, job, log)
+        wait_for_training(c, job, log, pattern=r"step 3/")
         c.run("scancel", "--batch", "--signal=USR1", job)
-        info = c.wait(job, timeout=300)
+        deadline = time.time() + 300
+        while time.time() < deadline and int(c.job(job).get("Restarts", 0)) < 1:
+            time.sleep(0.5)
+        info = c.wait(job, timeout=600)
     finally:
         c.run("scancel", job)
     text = log.read_text()
-    assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
-    assert "USR1 received" in text and "stopped at a checkpoint" in text
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", f"{info}\n{text[-4000:]}"
+    assert "USR1 received" in text and f"requeueing job {job}" in text, text[-4000:]
+    stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
+    assert 3 <= stopped_at < RESUME_STEPS, text[-4000:]
+    assert re.search(rf"resumed from \S+/step0*{stopped_at} at step {stopped_at}\b", text), text[-4000:]
+    # One checkpoint, written by all four ranks at the same step.
+    (tag,) = complete_tags(checkpoint_root(out))
+    assert {f"rng_rank{r}.pt" for r in range(4)} <= {p.name for p in (checkpoint_root(out) / tag).iterdir()}
     assert_spans_nodes(text, 2 * len(c.nodes))
-    assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
+    weights = load_file(out / "model.safetensors")
+    assert weights.keys() == uninterrupted.keys()
+    assert all(torch.equal(weights[k], uninterrupted[k]) for k in weights)
 
 
 @pytest.mark.slow
