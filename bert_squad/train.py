@@ -83,6 +83,8 @@ def check_inputs(cfg):
                                  has_gpu=get_accelerator().device_name() != "cpu",
                                  learning_rate=cfg.train.learning_rate)
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    if resume_from:
+        ds_config = checkpoint.adapt(ds_config, resume_from, dist.world_size)
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
     import transformers
@@ -139,6 +141,11 @@ def build(cfg, inputs, device):
     if inputs.resume_from:
         progress = checkpoint.load(engine, inputs.resume_from, dist)
         log(dist, f"resumed from {inputs.resume_from} at step {progress.step}")
+        old_world = checkpoint.written_by(inputs.resume_from)[0]
+        if old_world not in (None, dist.world_size):
+            log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
+                      f"gradient accumulation {gas} keeps its global batch of {ds_config['train_batch_size']}; "
+                      f"from here the batches and dropout differ from an uninterrupted run")
     columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
                if c in features.column_names]
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
