@@ -234,7 +234,7 @@ def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
         c.wait_all_idle(timeout=180)
 
 
-def submit_training(c, tmp_path, launcher, args, requeue=False):
+def submit_training(c, tmp_path, launcher, args, requeue=False, nodes=None):
     """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node; with
     `requeue` the job requeues itself after a checkpointed stop and appends to its log."""
     env = job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
@@ -242,7 +242,7 @@ def submit_training(c, tmp_path, launcher, args, requeue=False):
                   BERT_SQUAD_REQUEUE="1" if requeue else "0")
     log = tmp_path / "job-%j.out"
     job = c.sbatch(ROOT / "slurm" / "generic.sbatch",
-                   [f"--nodes={len(c.nodes)}", "--ntasks-per-node=2", f"--output={log}",
+                   [f"--nodes={nodes or len(c.nodes)}", "--ntasks-per-node=2", f"--output={log}",
                     *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])],
                    args, env=env, cwd=ROOT)
     return job, Path(str(log).replace("%j", job))
@@ -385,27 +385,44 @@ def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cl
 
 @pytest.mark.slow
 @LAUNCHERS
-def test_training_job_ends_when_a_node_is_lost(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
+def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinode_cluster, tiny_model,
+                                                                       sample_train, tmp_path, launcher):
     """Power loss of the last node mid-training (the job's process-group timeout is 600 s): Slurm ends
-    the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang."""
+    the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang. The same
+    command on the remaining node, 2 ranks instead of 4, resumes from the last checkpoint and finishes."""
     if launcher == "mpirun":
         require_mpirun()
     c = multinode_cluster
     victim = c.nodes[-1].name
-    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, tmp_path / "model"))
+    out = tmp_path / "model"
+    args = [*long_training(tiny_model, sample_train, out), "--checkpoint-every", "5", "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args)
     try:
-        wait_for_training(c, job, log)
+        wait_for_training(c, job, log, pattern=r"step 6/")  # the first checkpoint is saved
         killed_at = time.time()
         c.kill_node(victim, cut_link=True)
         info = c.wait(job, timeout=300)
         took = time.time() - killed_at
+        text = log.read_text()
+        print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
+              f"{info['JobState']} {info['ExitCode']}")
+        assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
+        assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
+        assert f"bert-squad: TERM received; node(s) of this job not responding: {victim}" in text, text[-3000:]
+
+        checkpoint = complete_tags(checkpoint_root(out))[-1]
+        steps = int(checkpoint[4:]) + 10
+        args[args.index("--max-steps") + 1] = steps
+        again, log = submit_training(c, tmp_path, launcher, args, nodes=1)
+        info = c.wait(again, timeout=600)
     finally:
         c.run("scancel", job)
         c.kill_node(victim)
         c.start_node(victim)
         c.wait_all_idle(timeout=180)
     text = log.read_text()
-    print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
-          f"{info['JobState']} {info['ExitCode']}")
-    assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
-    assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
+    assert_ok(info, text)
+    assert info["NodeList"] == c.nodes[0].name, info
+    assert f"at step {int(checkpoint[4:])}" in text and "written by 4 ranks, this run has 2" in text, text[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 64, steps)
