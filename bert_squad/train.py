@@ -137,15 +137,7 @@ def build(cfg, inputs, device):
     if cfg.speed.compile:
         engine.compile()
 
-    progress = checkpoint.Progress()
-    if inputs.resume_from:
-        progress = checkpoint.load(engine, inputs.resume_from, dist)
-        log(dist, f"resumed from {inputs.resume_from} at step {progress.step}")
-        old_world = checkpoint.written_by(inputs.resume_from)[0]
-        if old_world not in (None, dist.world_size):
-            log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
-                      f"gradient accumulation {gas} keeps its global batch of {ds_config['train_batch_size']}; "
-                      f"from here the batches and dropout differ from an uninterrupted run")
+    progress = resume(engine, inputs)
     columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
                if c in features.column_names]
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
@@ -158,6 +150,21 @@ def build(cfg, inputs, device):
     meter = perf.Meter(perf.model_shape(engine.module.config), dist.world_size, peak)  # starts the clock
     return Run(engine, plan, features.select_columns(columns), collate, dev_features, progress,
                steps_per_epoch, total_steps, meter, report, device_name, t0)
+
+
+def resume(engine, inputs):
+    """Where training continues: the checkpoint's position (weights and optimizer loaded), or the start."""
+    dist, path = inputs.dist, inputs.resume_from
+    if not path:
+        return checkpoint.Progress()
+    progress = checkpoint.load(engine, path, dist)
+    log(dist, f"resumed from {path} at step {progress.step}")
+    old_world = checkpoint.written_by(path)[0]
+    if old_world not in (None, dist.world_size):
+        log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
+                  f"gradient accumulation {engine.gradient_accumulation_steps()} keeps its global batch of "
+                  f"{engine.train_batch_size()}; from here the batches and dropout differ from an uninterrupted run")
+    return progress
 
 
 def optimizer_steps(run, device):

@@ -178,8 +178,8 @@ def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, 
              "--cache-dir", tmp_path / "cache"]
     env = {**c.env, **job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
                               BERT_SQUAD_CACHE=str(tmp_path / "cache"), SBATCH_EXCLUSIVE="exclusive")}
-    proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs, "--submit", "--", *map(str, train),
-                 env=env, cwd=ROOT, timeout=120)
+    proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs,
+                 "--submit", "--", *map(str, train), env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
     nodes = []
