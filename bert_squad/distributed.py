@@ -45,17 +45,27 @@ def job_port(job_id):
     return 20000 + int(job_id) % 20000
 
 
+# Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.
+SOURCES = [
+    ("env", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    # srun sets SLURM_STEP_NUM_TASKS; the batch shell has SLURM_NTASKS of the whole job.
+    ("srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
+]
+
+
+def started_by_launcher(env=None):
+    """Whether mpirun, PMI or srun started this process, even when RANK is set too (the job template
+    sets it): Open MPI gives its ranks a pty that nobody watches."""
+    env = os.environ if env is None else env
+    return any(rank_var in env and size_var in env for _, rank_var, size_var, _ in SOURCES[1:])
+
+
 def detect(env=None):
     """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins."""
     env = os.environ if env is None else env
-    sources = [
-        ("env", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-        ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-        # srun sets SLURM_STEP_NUM_TASKS; the batch shell has SLURM_NTASKS of the whole job.
-        ("srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
-    ]
-    for launcher, rank_var, size_var, local_var in sources:
+    for launcher, rank_var, size_var, local_var in SOURCES:
         if rank_var in env and size_var in env:
             rank, size = int(env[rank_var]), int(env[size_var])
             local = int(env.get(local_var, env.get("PALS_LOCAL_RANKID", rank)))

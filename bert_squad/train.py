@@ -84,6 +84,8 @@ def check_inputs(cfg):
                                  learning_rate=cfg.train.learning_rate)
     dsconfig.place_monitors(ds_config, ds_path, cfg.data.output_dir)
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    if resume_from:
+        ds_config = checkpoint.adapt(ds_config, resume_from, dist.world_size)
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
     import transformers
@@ -99,7 +101,7 @@ def check_inputs(cfg):
 def train(cfg, inputs, device):
     """Build the run, train it, and finish it unless a stop was requested."""
     run = build(cfg, inputs, device)
-    show_bar = sys.stdout.isatty() and inputs.dist.launcher in ("single", "env")  # MPI ranks get a pty too
+    show_bar = sys.stdout.isatty() and not distributed.started_by_launcher()
     if loop(run, cfg, inputs, device, show_bar) == EXIT_STOPPED:
         return EXIT_STOPPED
     finish(run, cfg, inputs, device)
@@ -141,10 +143,7 @@ def build(cfg, inputs, device):
     if cfg.speed.compile:
         engine.compile()
 
-    progress = checkpoint.Progress()
-    if inputs.resume_from:
-        progress = checkpoint.load(engine, inputs.resume_from, dist)
-        log(dist, f"resumed from {inputs.resume_from} at step {progress.step}")
+    progress = resume(engine, inputs)
     columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
                if c in features.column_names]
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
@@ -157,6 +156,21 @@ def build(cfg, inputs, device):
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     return Run(engine, plan, features.select_columns(columns), collate, dev_features, progress,
                steps_per_epoch, total_steps, meter, report, device_name, t0)
+
+
+def resume(engine, inputs):
+    """Where training continues: the checkpoint's position (weights and optimizer loaded), or the start."""
+    dist, path = inputs.dist, inputs.resume_from
+    if not path:
+        return checkpoint.Progress()
+    progress = checkpoint.load(engine, path, dist)
+    log(dist, f"resumed from {path} at step {progress.step}")
+    old_world = checkpoint.written_by(path)[0]
+    if old_world not in (None, dist.world_size):
+        log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
+                  f"gradient accumulation {engine.gradient_accumulation_steps()} keeps its global batch of "
+                  f"{engine.train_batch_size()}; from here the batches and dropout differ from an uninterrupted run")
+    return progress
 
 
 def optimizer_steps(run, device):

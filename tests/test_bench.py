@@ -47,3 +47,28 @@ def test_random_bert_base_has_the_bert_base_shape(tiny_model, tmp_path):
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
             cfg.max_position_embeddings) == (12, 768, 12, 3072, 512)
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def test_scaling_model_table():
+    """bench/scaling.py's step-time model: more nodes never give fewer samples/s while each GPU keeps its
+    batch; accumulation amortises an exposed all-reduce; at a fixed global batch the knee comes."""
+    r = subprocess.run([PYTHON, ROOT / "bench" / "scaling.py", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    curves = {}
+    for row in rows:
+        curves.setdefault((row["system"], row["model"]), []).append(row)
+    assert len(curves) == 4 and all([r["nodes"] for r in c] == [1, 2, 4, 8, 16, 32, 64] for c in curves.values())
+    for (system, model), curve in curves.items():
+        for column in ("no overlap", "no overlap, acc 4", "overlap", "ZeRO-2"):
+            rates = [r[column] for r in curve]
+            assert rates == sorted(rates) and len(set(rates)) == len(rates), (system, model, column, rates)
+        last = curve[-1]
+        assert last["no overlap, acc 4 efficiency"] > last["no overlap efficiency"], (system, model)
+        # Overlap hides what it can; ZeRO-2's all-gather after the step it cannot.
+        assert last["no overlap efficiency"] <= last["overlap efficiency"], (system, model)
+        assert last["ZeRO-2 efficiency"] <= last["overlap efficiency"], (system, model)
+        strong = [r["global 1024 efficiency"] for r in curve]
+        assert strong == sorted(strong, reverse=True), (system, model, strong)
+    # 64 LUMI nodes share 1024 samples as 2 per GCD: the all-reduce no longer hides behind the backward pass.
+    assert curves["LUMI-G", "BERT-base"][-1]["global 1024 efficiency"] < 0.8

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 from conftest import MPIRUN, PYTHON, require_mpirun
 
-from bert_squad.distributed import detect, job_port
+from bert_squad.distributed import detect, job_port, started_by_launcher
 from bert_squad.errors import UserError
 
 
@@ -28,6 +28,16 @@ def test_open_mpi_multi_node_takes_first_slurm_host_and_job_port():
            "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_JOB_NODELIST": "nid[001234-001235]", "SLURM_JOB_ID": "4242"}
     d = detect(env)
     assert (d.rank, d.local_rank, d.master_addr, d.master_port) == (5, 1, "nid001234", job_port(4242))
+
+
+def test_a_launcher_is_seen_behind_the_job_templates_rank():
+    """The job template sets RANK from the launcher's variables; the ranks still know mpirun started them
+    (so no progress bar goes into the batch log through Open MPI's pty); torchrun's RANK alone is no launcher."""
+    template = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
+    assert started_by_launcher({**template, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"})
+    assert started_by_launcher({**template, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4"})
+    assert not started_by_launcher(template)
+    assert not started_by_launcher({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"})  # the batch shell: no step
 
 
 def test_multi_node_without_any_address_is_a_clear_error():

@@ -12,8 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from conftest import ROOT, require_mpirun
+from conftest import ROOT, require_mpirun, run_bert_squad
+
+from bert_squad.checkpoint import checkpoint_root, complete_tags
+from bert_squad.distributed import job_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
@@ -98,25 +103,31 @@ def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
 
 
 GLOO = r"""
-import os, socket, sys, time
+import os, pathlib, socket, sys, time
 from datetime import timedelta
-import hostlist, torch, torch.distributed as dist
-from bert_squad.distributed import job_port
-e = os.environ
+import torch, torch.distributed as dist
+from bert_squad.distributed import detect
 def say(*words):  # one write per line: the ranks of a node share the output file
     os.write(1, (" ".join(map(str, words)) + "\n").encode())
-rank, size = int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"])
-addr, port = hostlist.expand_hostlist(e["SLURM_JOB_NODELIST"])[0], job_port(e["SLURM_JOB_ID"])
-dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
-                        timeout=timedelta(seconds=float(sys.argv[1])))
-t = torch.tensor([rank + 1.0])
+d = detect()  # rank, size, MASTER_ADDR and port from srun's variables, as the training does
+dist.init_process_group("gloo", init_method=f"tcp://{d.master_addr}:{d.master_port}", rank=d.rank,
+                        world_size=d.world_size, timeout=timedelta(seconds=float(sys.argv[1])))
+t = torch.tensor([d.rank + 1.0])
 dist.all_reduce(t)
-say("sum", rank, socket.gethostname(), t.item())
+say("sum", d.rank, socket.gethostname(), t.item(), "master", f"{d.master_addr}:{d.master_port}")
 if sys.argv[2] == "loop":
-    say("looping", rank, socket.gethostname())
+    say("looping", d.rank, socket.gethostname())
     while True:
         dist.all_reduce(torch.ones(1))
         time.sleep(0.05)
+if sys.argv[2] == "meet":  # hold this job's group open until `count` jobs have theirs open: meet DIR COUNT
+    folder, count = pathlib.Path(sys.argv[3]), int(sys.argv[4])
+    (folder / f"{os.environ['SLURM_JOB_ID']}.{d.rank}").touch()
+    deadline = time.time() + 120
+    while len(list(folder.iterdir())) < count * d.world_size and time.time() < deadline:
+        time.sleep(0.2)
+    dist.all_reduce(t)
+    say("met", d.rank, len(list(folder.iterdir())), t.item())
 dist.destroy_process_group()
 """
 
@@ -130,6 +141,57 @@ def test_gloo_all_reduce_across_nodes(multinode_cluster, tmp_path):
     assert sorted(int(s[1]) for s in sums) == list(range(size)), text
     assert {s[3] for s in sums} == {str(float(size * (size + 1) // 2))}, text
     assert collections.Counter(s[2] for s in sums) == {n.name: 2 for n in multinode_cluster.nodes}, text
+
+
+def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path):
+    """Two 2-node jobs, one core per node each, run at once on the same nodes, both with their master on
+    node1: each one's port comes from its job id (distributed.job_port), so both rendezvous succeed, and
+    each job holds its group open until the other has one too."""
+    c = multinode_cluster
+    (tmp_path / "gloo.py").write_text(GLOO)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 120 meet {meet} 2\n")
+    jobs = [c.sbatch(script, ["--nodes=2", "--ntasks-per-node=1", f"--output={tmp_path}/job-%j.out"],
+                     env=job_env(tmp_path), cwd=ROOT) for _ in range(2)]
+    infos = [c.wait(job, timeout=300) for job in jobs]
+    texts = [(tmp_path / f"job-{job}.out").read_text() for job in jobs]
+    masters = set()
+    for info, text in zip(infos, texts):
+        assert_ok(info, text)
+        assert info["NodeList"] == "node[1-2]", info
+        assert sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met ")) == [
+            ["met", "0", "4"], ["met", "1", "4"]], text
+        masters |= {line.split()[-1] for line in text.splitlines() if line.startswith("sum ")}
+    assert masters == {f"node1:{job_port(job)}" for job in jobs}, masters
+
+
+@pytest.mark.slow
+def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, sample_train, tmp_path):
+    """`bert-squad sweep --submit` of two seeds whose runs each take a whole node (SBATCH_EXCLUSIVE, as a
+    run of all of a node's GPUs would): the two array tasks run at once, one on each node."""
+    c = multinode_cluster
+    runs = tmp_path / "runs"
+    train = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2", "--max-seq-length", "96",
+             "--doc-stride", "16", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval",
+             "--cache-dir", tmp_path / "cache"]
+    env = {**c.env, **job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
+                              BERT_SQUAD_CACHE=str(tmp_path / "cache"), SBATCH_EXCLUSIVE="exclusive")}
+    proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs,
+                 "--submit", "--", *map(str, train), env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
+    nodes = []
+    for task in ("0", "1"):
+        info = c.wait(f"{array_job}_{task}", timeout=600)
+        log = (runs / "seeds" / f"slurm-{array_job}_{task}.out").read_text()
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{log[-3000:]}"
+        nodes.append(info["NodeList"])
+    assert sorted(nodes) == [n.name for n in c.nodes], nodes
+    for seed in (1, 2):
+        metrics = json.loads((runs / "seeds" / f"seed={seed}" / "train_metrics.json").read_text())
+        assert metrics["steps"] == 2 and metrics["config"]["train"]["seed"] == seed
 
 
 @pytest.mark.slow
@@ -172,26 +234,29 @@ def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
         c.wait_all_idle(timeout=180)
 
 
-def submit_training(c, tmp_path, launcher, args):
-    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node."""
+def submit_training(c, tmp_path, launcher, args, requeue=False, nodes=None):
+    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node; with
+    `requeue` the job requeues itself after a checkpointed stop and appends to its log."""
     env = job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
-                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher)
+                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher,
+                  BERT_SQUAD_REQUEUE="1" if requeue else "0")
     log = tmp_path / "job-%j.out"
     job = c.sbatch(ROOT / "slurm" / "generic.sbatch",
-                   [f"--nodes={len(c.nodes)}", "--ntasks-per-node=2", "--no-requeue", f"--output={log}"],
+                   [f"--nodes={nodes or len(c.nodes)}", "--ntasks-per-node=2", f"--output={log}",
+                    *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])],
                    args, env=env, cwd=ROOT)
     return job, Path(str(log).replace("%j", job))
 
 
-def wait_for_training(c, job, log, timeout=600):
+def wait_for_training(c, job, log, timeout=600, pattern=r"training \d+ steps"):
+    """Until the log shows `pattern`; by default the line printed once the stop handler is installed."""
     deadline = time.time() + timeout
     text = ""
-    # The stop handler is installed before "training N steps" is printed.
-    while time.time() < deadline and not re.search(r"training \d+ steps", text):
+    while time.time() < deadline and not re.search(pattern, text):
         assert c.job(job).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), text[-3000:]
-        time.sleep(1)
+        time.sleep(0.5)
         text = log.read_text() if log.exists() else ""
-    assert re.search(r"training \d+ steps", text), text[-3000:]
+    assert re.search(pattern, text), text[-3000:]
 
 
 def assert_spans_nodes(text, size):
@@ -226,6 +291,15 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == size and metrics["steps"] == 4
+    # Data parallelism held across the nodes: every rank ends with the same weights.
+    digests = metrics["weights_sha256_per_rank"]
+    assert len(digests) == size and len(set(digests)) == 1, digests
+    # The job's evaluation ran on 4 ranks over 2 nodes; one process on the exported model predicts the same.
+    single = tmp_path / "single"
+    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", sample_dev, "--output-dir", single,
+                       "--cache-dir", tmp_path / "cache", "--max-seq-length", "128", "--doc-stride", "48")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (single / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
 
 
 @pytest.mark.slow
@@ -252,58 +326,103 @@ def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_mod
     assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
 
 
-def long_training(tiny_model, sample_train, out):
-    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "100000", "--log-every", "1",
+def long_training(tiny_model, sample_train, out, steps=100000):
+    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", steps, "--log-every", "1",
             "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
             "--no-eval", "--output-dir", out]
 
 
+RESUME_STEPS = 200  # about 20 s at 4 ranks on 2 cores: room for the signal to arrive mid-run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(multinode_cluster, tiny_model, sample_train, tmp_path_factory):
+    """The weights of an uninterrupted 2-node, 4-rank run of RESUME_STEPS steps."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    args = long_training(tiny_model, sample_train, tmp / "model", RESUME_STEPS)
+    job, log = submit_training(multinode_cluster, tmp, "srun", args)
+    info = multinode_cluster.wait(job, timeout=900)
+    assert_ok(info, log.read_text())
+    return load_file(tmp / "model" / "model.safetensors")
+
+
 @pytest.mark.slow
 @LAUNCHERS
-def test_end_of_job_signal_stops_all_nodes_at_a_checkpoint(multinode_cluster, tiny_model, sample_train, tmp_path,
-                                                           launcher):
-    """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher; all stop at one step."""
+def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cluster, tiny_model, sample_train,
+                                                                    tmp_path, launcher, uninterrupted):
+    """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher: all four stop at
+    one step and save one checkpoint, the job exits 75 and requeues itself, and the requeued job resumes
+    there and ends with the uninterrupted run's weights, bit for bit."""
     if launcher == "mpirun":
         require_mpirun()
     c = multinode_cluster
     out = tmp_path / "model"
-    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, out))
+    args = [*long_training(tiny_model, sample_train, out, RESUME_STEPS), "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args, requeue=True)
     try:
-        wait_for_training(c, job, log)
+        wait_for_training(c, job, log, pattern=r"step 3/")
         c.run("scancel", "--batch", "--signal=USR1", job)
-        info = c.wait(job, timeout=300)
+        deadline = time.time() + 300
+        while time.time() < deadline and int(c.job(job).get("Restarts", 0)) < 1:
+            time.sleep(0.5)
+        info = c.wait(job, timeout=600)
     finally:
         c.run("scancel", job)
     text = log.read_text()
-    assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
-    assert "USR1 received" in text and "stopped at a checkpoint" in text
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", f"{info}\n{text[-4000:]}"
+    assert "USR1 received" in text and f"requeueing job {job}" in text, text[-4000:]
+    stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
+    assert 3 <= stopped_at < RESUME_STEPS, text[-4000:]
+    assert re.search(rf"resumed from \S+/step0*{stopped_at} at step {stopped_at}\b", text), text[-4000:]
+    # One checkpoint, written by all four ranks at the same step.
+    (tag,) = complete_tags(checkpoint_root(out))
+    assert {f"rng_rank{r}.pt" for r in range(4)} <= {p.name for p in (checkpoint_root(out) / tag).iterdir()}
     assert_spans_nodes(text, 2 * len(c.nodes))
-    assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
+    weights = load_file(out / "model.safetensors")
+    assert weights.keys() == uninterrupted.keys()
+    assert all(torch.equal(weights[k], uninterrupted[k]) for k in weights)
 
 
 @pytest.mark.slow
 @LAUNCHERS
-def test_training_job_ends_when_a_node_is_lost(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
+def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinode_cluster, tiny_model,
+                                                                       sample_train, tmp_path, launcher):
     """Power loss of the last node mid-training (the job's process-group timeout is 600 s): Slurm ends
-    the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang."""
+    the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang. The same
+    command on the remaining node, 2 ranks instead of 4, resumes from the last checkpoint and finishes."""
     if launcher == "mpirun":
         require_mpirun()
     c = multinode_cluster
     victim = c.nodes[-1].name
-    job, log = submit_training(c, tmp_path, launcher, long_training(tiny_model, sample_train, tmp_path / "model"))
+    out = tmp_path / "model"
+    args = [*long_training(tiny_model, sample_train, out), "--checkpoint-every", "5", "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args)
     try:
-        wait_for_training(c, job, log)
+        wait_for_training(c, job, log, pattern=r"step 6/")  # the first checkpoint is saved
         killed_at = time.time()
         c.kill_node(victim, cut_link=True)
         info = c.wait(job, timeout=300)
         took = time.time() - killed_at
+        text = log.read_text()
+        print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
+              f"{info['JobState']} {info['ExitCode']}")
+        assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
+        assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
+        assert f"bert-squad: TERM received; node(s) of this job not responding: {victim}" in text, text[-3000:]
+
+        checkpoint = complete_tags(checkpoint_root(out))[-1]
+        steps = int(checkpoint[4:]) + 10
+        args[args.index("--max-steps") + 1] = steps
+        again, log = submit_training(c, tmp_path, launcher, args, nodes=1)
+        info = c.wait(again, timeout=600)
     finally:
         c.run("scancel", job)
         c.kill_node(victim)
         c.start_node(victim)
         c.wait_all_idle(timeout=180)
     text = log.read_text()
-    print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
-          f"{info['JobState']} {info['ExitCode']}")
-    assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
-    assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
+    assert_ok(info, text)
+    assert info["NodeList"] == c.nodes[0].name, info
+    assert f"at step {int(checkpoint[4:])}" in text and "written by 4 ranks, this run has 2" in text, text[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 64, steps)

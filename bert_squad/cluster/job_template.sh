@@ -136,6 +136,15 @@ forward() {
   kill "-$1" "$LAUNCH_PID" 2>/dev/null || true
 }
 trap 'forward USR1' USR1
+# Slurm's TERM (scancel, preemption, a node lost) reaches every process of the job, the ranks included;
+# this shell only says which of the job's nodes stopped answering, so a lost node is named in the log.
+# shellcheck disable=SC2317  # called by the trap
+lost_nodes() {
+  local lost
+  lost=$(sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,fail,no_respond -o %N 2>/dev/null | sort -u | paste -sd, -)
+  echo "bert-squad: TERM received; ${lost:+node(s) of this job not responding: $lost}${lost:-every node of this job responds}" >&2
+}
+trap lost_nodes TERM
 "${CMD[@]}" &
 LAUNCH_PID=$!
 while :; do
