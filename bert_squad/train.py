@@ -390,6 +390,8 @@ def quiet_libraries(debug):
     from deepspeed.utils import logger as ds_logger
 
     ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
+    # DeepSpeed's warmup schedulers ask themselves for a rate while being built and warn about it, every run.
+    ds_logger.addFilter(lambda record: "scheduler before it has started" not in record.getMessage())
     warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
     datasets.utils.logging.set_verbosity_warning()
     datasets.disable_progress_bars()
