@@ -6,12 +6,11 @@ scores: the same sliding windows (`features.build_features`) and the same post-p
 
     from bert_squad.answer import Answerer
     qa = Answerer.from_pretrained("runs/bert-squad")
-    qa.answer("Who wrote it?", "Ada wrote it in 1843.")  # [Answer(text='Ada', start=0, end=3, score=0.97)]
+    qa.answer("Who wrote it?", "Ada wrote it in 1843.")  # -> [Answer(text, start, end, score)], best first
 """
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -101,12 +100,12 @@ class Answerer:
 
 
 def _ranked(prediction, nbest, top_k):
-    """The n-best list as Answers, the prediction first: with a null threshold the prediction need
-    not be the top-scoring candidate (a span may win over a better-scoring null answer, or not)."""
-    answers = [Answer(e["text"], *(e["offsets"] or (None, None)), e["probability"]) for e in nbest]
-    first = next((a for a in answers if a.text == prediction), None)
-    ranked = ([first] if first else []) + [a for a in answers if a is not first]
-    return ranked[:top_k]
+    """The n-best list as Answers, the prediction first (see `postprocess.predicted_entry`)."""
+    from bert_squad.postprocess import predicted_entry
+
+    first = predicted_entry(prediction, nbest)
+    ordered = ([first] if first else []) + [e for e in nbest if e is not first]
+    return [Answer(e["text"], *(e["offsets"] or (None, None)), e["probability"]) for e in ordered[:top_k]]
 
 
 def read_questions(path):

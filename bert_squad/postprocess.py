@@ -69,6 +69,12 @@ def _nbest_entries(candidates, context):
             for c, p in zip(candidates, probs)]
 
 
+def predicted_entry(prediction, nbest):
+    """The n-best entry that is the prediction. With a null threshold it need not be the first: a span
+    may be predicted although the null answer scores best, or "no answer" although a span scores best."""
+    return next((e for e in nbest if e["text"] == prediction), None)
+
+
 def postprocess_predictions(examples, features, start_logits, end_logits, *,
                             version_2_with_negative=False, n_best_size=20, max_answer_length=30,
                             null_score_diff_threshold=0.0):

@@ -34,9 +34,11 @@ def parse_args(argv):
 
 
 def predicted_offsets(prediction, nbest):
-    """Where the predicted span is: its first n-best entry, which need not be the head (with a
-    positive null threshold a span is predicted even when the null answer scores best)."""
-    return next((e["offsets"] for e in nbest if prediction and e["text"] == prediction), None)
+    """Where the predicted span is (None for "no answer"), to highlight it where it stands."""
+    from bert_squad.postprocess import predicted_entry
+
+    entry = predicted_entry(prediction, nbest) if prediction else None
+    return entry["offsets"] if entry else None
 
 
 def collect(argv):
