@@ -35,8 +35,12 @@ def read_json(path, what="a JSON file"):
 def write_text_atomic(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:  # a directory in the way, no such parent, no permission: nothing left behind
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot be written ({err.strerror or err})") from None
 
 
 def write_json_atomic(path, obj, indent=2):

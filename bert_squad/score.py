@@ -109,8 +109,8 @@ def main(argv):
     except ValueError as err:  # what is left to go wrong is in the eval file
         raise UserError(f"{args.eval_file}: {err}") from None
 
-    _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions")
-    if args.out_file:
+    if args.out_file:  # first: an out-file that cannot be written is then the only line on stderr
         write_json_atomic(args.out_file, result)
+    _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions")
     print(json.dumps(result))
     return 0

@@ -115,3 +115,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"bert-squad score: error: {missing}: no such file"]
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("target, reason", [(lambda d: d, "Is a directory"),
+                                            (lambda d: d / "no" / "eval.json", "No such file or directory")],
+                         ids=["directory", "no-parent"])
+def test_an_out_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, target, reason):
+    """Found by tests/test_cli_fuzz.py: `--out-file DIR` was an IsADirectoryError and left a temp file."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    preds = write(tmp_path / "pred.json", {"a": "Paris", "b": ""})
+    out = target(out_dir)
+    done = run_score("--eval-file", write(tmp_path / "eval.json", V2), "--predictions", preds, "--out-file", out)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"bert-squad score: error: {out}: cannot be written ({reason})"]
+    assert list(out_dir.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "eval.json", "out", "pred.json"]
