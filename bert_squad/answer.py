@@ -9,17 +9,24 @@ scores: the same sliding windows (`features.build_features`) and the same post-p
     qa.answer("Who wrote it?", "Ada wrote it in 1843.")  # -> [Answer(text, start, end, score)], best first
 """
 
-import argparse
 import json
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from bert_squad import cache
-from bert_squad import model as model_lib
-from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
+import torch
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from bert_squad import cache, config, model
+from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
 from bert_squad.errors import UserError
+from bert_squad.evaluate import predict
+from bert_squad.features import build_features
 from bert_squad.files import read_json, read_text
+from bert_squad.postprocess import predicted_entry
+from bert_squad.runtime import Command
 
 
 class Answer(NamedTuple):
@@ -46,9 +53,7 @@ def require_qa_model(model_dir):
 class Answerer:
     """A question-answering model with its tokenizer, answering as evaluation does."""
 
-    def __init__(self, module, tokenizer, device="cpu", windows=None, answers=None, null_answer=False):
-        import torch
-
+    def __init__(self, module, tokenizer, device="cpu", windows=None, postprocess=None, null_answer=False):
         try:  # a device this torch was not built for, or that this machine lacks
             self.device = torch.device(device)
             torch.empty(0, device=self.device)
@@ -57,29 +62,26 @@ class Answerer:
         self.module = module.to(self.device).eval()
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()
-        self.answers = answers or AnswerConfig()
+        self.postprocess = postprocess or PostprocessConfig()
         self.null_answer = null_answer  # SQuAD 2.0: "no answer" competes with the spans
 
     @classmethod
-    def from_pretrained(cls, model, device="cpu", windows=None, answers=None, null_answer=None, cache_dir=None):
-        """`model`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
-        name in the cache. `null_answer` defaults to what the model was trained on (`bert-squad` writes
-        `version_2_with_negative` into its config)."""
-        model_lib.go_offline()
-        model_dir = cache.find_model(str(model), cache_dir or cache.default_cache_dir())
-        config = require_qa_model(model_dir)
+    def from_pretrained(cls, name_or_dir, device="cpu", windows=None, postprocess=None, null_answer=None,
+                        cache_dir=None):
+        """`name_or_dir`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
+        name already in the cache: nothing is downloaded. `null_answer` defaults to what the model was trained
+        on (`bert-squad` writes `version_2_with_negative` into its config)."""
+        model_dir = cache.find_model(str(name_or_dir), cache_dir or cache.default_cache_dir())
+        model_config = require_qa_model(model_dir)
         if null_answer is None:
-            null_answer = bool(config.get("version_2_with_negative", False))
-        return cls(model_lib.load_qa_model(model_dir), model_lib.load_tokenizer(model_dir), device,
-                   windows, answers, null_answer)
+            null_answer = bool(model_config.get("version_2_with_negative", False))
+        return cls(model.load_qa_model(model_dir), model.load_tokenizer(model_dir), device,
+                   windows, postprocess, null_answer)
 
     def predict(self, examples):
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
-        from bert_squad.evaluate import predict
-        from bert_squad.features import build_features
-
         features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
-        return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.answers)
+        return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
 
     def answer_batch(self, pairs, top_k=1, ids=None):
         """The `top_k` best answers to each (question, context) pair, best first; one batched pass."""
@@ -101,8 +103,6 @@ class Answerer:
 
 def _ranked(prediction, nbest, top_k):
     """The n-best list as Answers, the prediction first (see `postprocess.predicted_entry`)."""
-    from bert_squad.postprocess import predicted_entry
-
     first = predicted_entry(prediction, nbest)
     ordered = ([first] if first else []) + [e for e in nbest if e is not first]
     return [Answer(e["text"], *(e["offsets"] or (None, None)), e["probability"]) for e in ordered[:top_k]]
@@ -133,8 +133,8 @@ def read_questions(path):
     return ids, pairs
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="bert-squad answer", description="Answer questions with a trained model.")
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad answer", description="Answer questions with a trained model.")
     p.add_argument("--model-dir", required=True, help="a trained model directory, or a hub name in the cache")
     p.add_argument("--question", help="one question (with --context or --context-file)")
     src = p.add_mutually_exclusive_group()
@@ -146,8 +146,8 @@ def parse_args(argv):
                    help="let 'no answer' compete (default: what the model was trained on)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     p.add_argument("--cache-dir", default=None)
-    add_options(p, WindowConfig)
-    add_options(p, AnswerConfig)
+    config.add_options(p, WindowConfig)
+    config.add_options(p, PostprocessConfig)
     p.add_argument("--json", action="store_true", help="JSON Lines out, one object per question")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
@@ -173,12 +173,19 @@ def _questions(args):
     return ["question"], [(args.question, context)]
 
 
+def highlighted(question, context, offsets):
+    """The question, then its paragraph with the characters `offsets` (start, end) marked."""
+    body = Text()
+    body.append("Q: ", style="bold")
+    body.append(question + "\n\n")
+    para = Text(context)
+    if offsets:
+        para.stylize("bold black on yellow", *offsets)
+    body.append_text(para)
+    return body
+
+
 def render(ids, pairs, results):
-    from rich.console import Console
-    from rich.panel import Panel
-
-    from bert_squad.viewer import highlighted
-
     console = Console()
     for qid, (question, context), answers in zip(ids, pairs, results):
         best = answers[0] if answers else None
@@ -190,15 +197,12 @@ def render(ids, pairs, results):
         console.print(Panel(body, title=qid))
 
 
-def main(argv):
+def run(args):
     """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
-    import torch
-
-    args = parse_args(argv)
-    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
+    windows, postprocess = config.from_args(WindowConfig, args), config.from_args(PostprocessConfig, args)
     ids, pairs = _questions(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    qa = Answerer.from_pretrained(args.model_dir, device, windows, answers, args.version_2_with_negative,
+    qa = Answerer.from_pretrained(args.model_dir, device, windows, postprocess, args.version_2_with_negative,
                                   args.cache_dir)
     results = qa.answer_batch(pairs, args.top_k, ids)
     if not args.json:
@@ -209,3 +213,5 @@ def main(argv):
                          ensure_ascii=False))
     return 0
 
+
+ANSWER = Command(parse=parse, run=run)

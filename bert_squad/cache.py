@@ -4,6 +4,7 @@
     <cache>/hub/                    models and tokenizers: a standard Hugging Face hub cache
     <cache>/datasets/<name>/        a hub dataset saved with `datasets.save_to_disk`
     <cache>/features/               tokenized features, keyed by data, tokenizer and window options
+    <cache>/hf-datasets/            the datasets library's download cache (login node only)
 
 A model named by its hub name is looked up in <cache>/hub, then in the user's own Hugging Face cache
 (`HF_HUB_CACHE`, or `HF_HOME`/hub), so a model downloaded there before is not fetched twice.
@@ -31,6 +32,10 @@ def features_dir(cache_dir):
     return Path(cache_dir) / "features"
 
 
+def datasets_download_dir(cache_dir):
+    return Path(cache_dir) / "hf-datasets"
+
+
 def download_hint(cache_dir, model=None, dataset=None):
     what = (f" --model {model}" if model else "") + (f" --dataset {dataset}" if dataset else "")
     return f"run `python -m bert_squad --download-only{what} --cache-dir {cache_dir}` on a machine with internet"
@@ -38,7 +43,7 @@ def download_hint(cache_dir, model=None, dataset=None):
 
 def _cached_snapshot(name, hub_cache):
     """The snapshot directory of hub model `name` in `hub_cache` (None: the library's default cache)."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # heavy: not for the commands that load no model
 
     try:
         path = Path(snapshot_download(name, cache_dir=hub_cache and str(hub_cache), local_files_only=True))
@@ -69,20 +74,3 @@ def find_dataset(name, cache_dir):
         raise UserError(f"dataset '{name}' is not in the cache {path}: "
                         f"{download_hint(cache_dir, dataset=name)}, or give --train-file/--eval-file")
     return path
-
-
-def main(argv):
-    """`bert-squad check-cache <training arguments>`: are the run's model and dataset in the cache?
-
-    The job script runs this once, before it starts a container per rank."""
-    from bert_squad.config import parse_run_config
-
-    if argv[:2] == ["sweep", "run"]:  # a sweep's array task: the runs' common arguments follow `--`
-        argv = argv[argv.index("--") + 1:] if "--" in argv else []
-    data = parse_run_config(argv).data
-    if data.download_only:
-        raise UserError("--download-only needs internet: run it on a login node, not in a job")
-    print(f"model: {find_model(data.model, data.cache_dir)}")
-    if not data.train_file:
-        print(f"dataset: {find_dataset(data.dataset, data.cache_dir)}")
-    return 0

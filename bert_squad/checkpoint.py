@@ -5,11 +5,9 @@ file per rank and, last, a `complete` marker from rank 0 that also records the w
 `latest` is replaced atomically only after the marker exists, so a crash mid-save leaves the previous
 checkpoint as the one to resume from.
 
-Resuming on another world size (a node lost, fewer ranks): when DeepSpeed kept the whole optimizer
-state in one file (ZeRO stage 0 without bf16: ds_fp32), training goes on with all of it, the global
-batch kept by changing gradient accumulation; from there on its batches and dropout are not those of
-an uninterrupted run. A checkpoint whose optimizer state is split by rank (DeepSpeed's zero_pp_rank files:
-ZeRO 1-3, and its bf16 optimizer on GPUs) is refused in one line that names both world sizes.
+A checkpoint is found once (`find`), with the layout its marker records; `dsconfig.resumed_batch` decides
+from that layout how it resumes on another world size (a node lost, fewer ranks). From there on its
+batches and dropout are not those of an uninterrupted run.
 """
 
 import json
@@ -18,15 +16,34 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
 from bert_squad import distributed
 from bert_squad.errors import UserError
-from bert_squad.files import write_text_atomic
+from bert_squad.files import read_json, write_text_atomic
 
 MARKER = "complete"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a checkpoint was written: what resuming it on another world size depends on."""
+
+    world_size: Optional[int]  # None for checkpoints older than this record
+    train_batch_size: Optional[int]
+    accumulation: Optional[int]
+    sharded: bool  # DeepSpeed split the optimizer state by rank (zero_pp_rank files: ZeRO 1-3, bf16 on GPUs)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint directory and its layout, read once."""
+
+    path: Path
+    layout: Layout
 
 
 @dataclass
@@ -87,48 +104,31 @@ def complete_tags(root):
     return sorted(tags)
 
 
+def _read(path):
+    marker = read_json(path / MARKER, what="a checkpoint marker")
+    layout = Layout(marker.get("world_size"), marker.get("train_batch_size"),
+                    marker.get("gradient_accumulation_steps"), any(path.glob("*zero_pp_rank_*")))
+    return Checkpoint(path, layout)
+
+
 def find(resume, output_dir):
-    """The checkpoint dir to resume from: None to start fresh (only with 'auto')."""
+    """The checkpoint to resume from: None to start fresh (only with 'auto')."""
     if resume == "auto":
         root = checkpoint_root(output_dir)
         tags = complete_tags(root) if root.is_dir() else []
-        return root / tags[-1] if tags else None
+        return _read(root / tags[-1]) if tags else None
     path = Path(resume)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / MARKER).is_file():
         raise UserError(f"{resume}: not a complete checkpoint (no '{MARKER}' marker); "
                         f"use --resume auto to pick the newest complete one")
-    return path
+    return _read(path)
 
 
-def written_by(path):
-    """The checkpoint's world size, global batch and accumulation (None each for older checkpoints)."""
-    marker = json.loads((Path(path) / MARKER).read_text())
-    return tuple(marker.get(k) for k in ("world_size", "train_batch_size", "gradient_accumulation_steps"))
-
-
-def adapt(ds_config, path, world_size):
-    """The DeepSpeed config to resume `path` with on `world_size` ranks: the checkpoint's global batch,
-    kept by gradient accumulation when the world size changed; a UserError where that cannot be."""
-    old_world, batch, _ = written_by(path)
-    if old_world in (None, world_size):
-        return ds_config
-    if any(Path(path).glob("*zero_pp_rank_*")):
-        raise UserError(f"{path}: written by {old_world} ranks, this run has {world_size}; its optimizer state is "
-                        f"split by rank (ZeRO), so resume it on {old_world} ranks, or start afresh in "
-                        f"another --output-dir")
-    micro = ds_config["train_micro_batch_size_per_gpu"]
-    if batch % (micro * world_size):
-        raise UserError(f"{path}: written by {old_world} ranks with a global batch of {batch}, which "
-                        f"{world_size} ranks x micro batch {micro} cannot keep by accumulation; resume on "
-                        f"{old_world} ranks, or on a number of ranks that divides {batch // micro}")
-    return dict(ds_config, gradient_accumulation_steps=batch // (micro * world_size), train_batch_size=batch)
-
-
-def load(engine, path, dist):
+def load(engine, checkpoint, dist):
     """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state."""
-    path = Path(path)
+    path, layout = checkpoint.path, checkpoint.layout
     load_path, client = engine.load_checkpoint(str(path.parent), tag=path.name)
     if load_path is None:
         raise UserError(f"{path}: DeepSpeed could not load this checkpoint")
@@ -136,7 +136,6 @@ def load(engine, path, dist):
     if rng_file.exists():  # absent for ranks the checkpoint's world did not have
         _set_rng_state(torch.load(rng_file, weights_only=True))
     progress = Progress(**client["progress"])
-    old_world, _, old_gas = written_by(path)
-    if old_world not in (None, dist.world_size):  # the same optimizer steps, counted in this world's micro batches
-        progress.batch_in_epoch = progress.batch_in_epoch // old_gas * engine.gradient_accumulation_steps()
+    if layout.world_size not in (None, dist.world_size):  # the same steps, counted in this world's micro batches
+        progress.batch_in_epoch = progress.batch_in_epoch // layout.accumulation * engine.gradient_accumulation_steps()
     return progress

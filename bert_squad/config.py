@@ -3,7 +3,8 @@
 Each dataclass is one option group; a field's `help` is its documentation and its `--flag`. Commands
 add the groups they use to their own parser (`add_options`) and build the dataclass from the parsed
 namespace (`from_args`), so every command spells and checks a shared option the same way. Functions
-take the group they need, never the namespace.
+take the group they need, never the namespace. `training_options` describes the training options for
+code that writes training command lines (the cluster's launch and sweep) without parsing them.
 """
 
 import argparse
@@ -12,12 +13,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from bert_squad.cache import default_cache_dir
 from bert_squad.errors import UserError
 
+# Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
+HUB_DATASETS = {"squad": False, "squad_v2": True}
 
-def option(default, help, flag=None, **kwargs):
-    """A dataclass field that is also a command-line option (`flag` defaults to --field-name)."""
-    return field(default=default, metadata=dict(help=help, flag=flag, **kwargs))
+
+def option(default, help, flag=None, sweep="grid", **kwargs):
+    """A dataclass field that is also a command-line option (`flag` defaults to --field-name).
+
+    `sweep` says what a sweep may do with it: "grid" vary it, "common" keep it the same for every run (the
+    model, data and cache, so the runs share one feature cache), "per-run" leave it to the sweep (seed,
+    output dir, resume)."""
+    return field(default=default, metadata=dict(help=help, flag=flag, sweep=sweep, **kwargs))
 
 
 def _positive(obj, *names):
@@ -30,26 +39,24 @@ def _positive(obj, *names):
 class DataConfig:
     """data and model"""
 
-    model: str = option("bert-base-uncased", "hub name (from the cache) or local model directory")
-    dataset: str = option("squad", "hub dataset in the cache: squad or squad_v2")
-    train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset")
-    eval_file: Optional[str] = option(None, "local SQuAD JSON to evaluate on (default: the dataset's validation split)")
-    cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)")
-    output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go")
-    download_only: bool = option(False, "fetch --model and --dataset into the cache and exit (login node with internet)")
+    model: str = option("bert-base-uncased", "hub name (from the cache) or local model directory", sweep="common")
+    dataset: str = option("squad", "hub dataset in the cache: squad or squad_v2", sweep="common")
+    train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset", sweep="common")
+    eval_file: Optional[str] = option(None, "local SQuAD JSON to evaluate on (default: the dataset's validation "
+                                            "split)", sweep="common")
+    cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)",
+                                      sweep="common")
+    output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go",
+                             sweep="per-run")
     strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
-                                   "not a skip")
+                                 "not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
 
     def __post_init__(self):
-        from bert_squad.data import HUB_DATASETS
-
         if self.dataset not in HUB_DATASETS:
             raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
                             f"or give --train-file/--eval-file")
         if self.cache_dir is None:  # resolved once here, so every part of the run sees the same cache
-            from bert_squad.cache import default_cache_dir
-
             object.__setattr__(self, "cache_dir", default_cache_dir())
 
 
@@ -77,7 +84,7 @@ class WindowConfig:
 
 
 @dataclass(frozen=True)
-class AnswerConfig:
+class PostprocessConfig:
     """answers: how window logits become one answer per question"""
 
     max_answer_length: int = option(30, "longest answer span, in tokens")
@@ -98,7 +105,7 @@ class TrainConfig:
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
     warmup_ratio: float = option(0.1, "fills a scheduler warmup_num_steps of \"auto\"")
-    seed: int = option(42, "one seed for the span head, the data order and dropout")
+    seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
     log_every: int = option(20, "log a line every N optimizer steps")
 
@@ -114,7 +121,8 @@ class FaultConfig:
 
     checkpoint_every: int = option(0, "save a checkpoint every N optimizer steps (0: only when stopped)")
     keep_checkpoints: int = option(2, "complete checkpoints kept; older ones are deleted")
-    resume: Optional[str] = option(None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path")
+    resume: Optional[str] = option(None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path",
+                                   sweep="per-run")
     dist_timeout: int = option(600, "seconds a collective may wait for a lost rank")
 
     def __post_init__(self):
@@ -136,24 +144,56 @@ class RunConfig:
 
     data: DataConfig
     windows: WindowConfig
-    answers: AnswerConfig
+    postprocess: PostprocessConfig
     train: TrainConfig
     faults: FaultConfig
     speed: SpeedConfig
     debug: bool = False
 
 
+TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "postprocess": PostprocessConfig,
+                   "train": TrainConfig, "faults": FaultConfig, "speed": SpeedConfig}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose complaints are UserErrors: one error line and exit code 2, like every other bad input,
+    and a caller can say whose arguments they were (a job's training arguments, say)."""
+
+    def error(self, message):
+        raise UserError(message)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One training option, as code that writes training command lines needs to know it."""
+
+    name: str  # the config field
+    flag: str  # --learning-rate
+    type: type  # what its value converts with; bool for a switch, which takes none
+    sweep: str  # see `option`
+
+
+def _option(f):
+    meta = f.metadata
+    kind = getattr(f.type, "__args__", (f.type,))[0]  # Optional[int] -> int
+    return Option(f.name, meta["flag"] or "--" + f.name.replace("_", "-"), kind, meta["sweep"])
+
+
+def training_options():
+    """The training options by flag."""
+    return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
+
+
 def add_options(parser, cls):
     """The fields of `cls` as an option group of `parser`."""
     group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
     for f in dataclasses.fields(cls):
-        meta = dict(f.metadata)
-        flag = meta.pop("flag") or "--" + f.name.replace("_", "-")
-        if f.type is bool:
-            group.add_argument(flag, dest=f.name, action="store_true", **meta)
-        else:  # Optional[int] -> int
-            kind = getattr(f.type, "__args__", (f.type,))[0]
-            group.add_argument(flag, dest=f.name, type=kind, default=f.default, **meta)
+        opt = _option(f)
+        meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep")}
+        if opt.type is bool:
+            group.add_argument(opt.flag, dest=f.name, action="store_true", **meta)
+        else:
+            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default, **meta)
     return group
 
 
@@ -163,21 +203,21 @@ def from_args(cls, args):
 
 
 def training_parser():
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bert-squad",
         description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
-                    "score, evaluate, answer, launch, sweep, summarize, check-cache (bert-squad CMD --help).")
-    for cls in (DataConfig, WindowConfig, AnswerConfig, TrainConfig, FaultConfig, SpeedConfig):
+                    "download, config, evaluate, export, answer, score, launch, sweep, summarize, check-cache "
+                    "(bert-squad CMD --help). `--download-only` runs `download` and `--print-config` runs "
+                    "`config` with the same arguments.")
+    for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--debug", action="store_true", help="tracebacks and DeepSpeed's info logging")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's
     return p
 
 
-def parse_run_config(argv, parser=None):
+def parse_run_config(argv):
     """The training command line as a RunConfig; bad values are one-line UserErrors."""
-    args = (parser or training_parser()).parse_args(argv)
-    return RunConfig(data=from_args(DataConfig, args), windows=from_args(WindowConfig, args),
-                     answers=from_args(AnswerConfig, args), train=from_args(TrainConfig, args),
-                     faults=from_args(FaultConfig, args), speed=from_args(SpeedConfig, args),
-                     debug=args.debug or os.environ.get("BERT_SQUAD_DEBUG") == "1")
+    args = training_parser().parse_args(argv)
+    groups = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
+    return RunConfig(**groups, debug=args.debug or os.environ.get("BERT_SQUAD_DEBUG") == "1")

@@ -5,16 +5,13 @@ answer_start}) plus `is_impossible`, so local files and hub datasets take the sa
 kept byte for byte: no whitespace normalisation, so every `answer_start` stays valid.
 """
 
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert_squad import cache
+from bert_squad import cache, squad
+from bert_squad.config import HUB_DATASETS
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
-
-HUB_DATASETS = {"squad": False, "squad_v2": True}  # name -> has unanswerable questions
 
 
 @dataclass
@@ -40,20 +37,49 @@ def _require(obj, key, kind, where):
     if not isinstance(obj, dict) or key not in obj:
         raise UserError(f"{where}: missing field '{key}'")
     value = obj[key]
-    if not isinstance(value, kind):
-        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, not {type(value).__name__}")
+    if not squad.has_type(value, kind):
+        raise UserError(f"{where}: field '{key}' should be {squad.json_type_name(kind)}, not {value!r:.40}")
     return value
 
 
-def is_squad_v2(doc):
-    """SQuAD v2.0 data: its `version` says so, or a question carries `is_impossible` (1.1 never does).
+class _Skip(Exception):
+    """A question left out (and counted) unless --strict: which list it goes to, and why."""
 
-    The one test of a file's version: training's scoring and `bert-squad score` both ask it."""
-    if str(doc.get("version", "")).startswith("v2"):
-        return True
-    return any("is_impossible" in qa for article in doc.get("data", []) if isinstance(article, dict)
-               for para in article.get("paragraphs", []) if isinstance(para, dict)
-               for qa in para.get("qas", []) if isinstance(qa, dict))
+    def __init__(self, kind, reason):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def _question(qa, context, path, where):
+    """One question as a flat record's fields, or _Skip; structural faults raise. Once it has an id, the
+    question is named by it (`where` is its place in the file until then)."""
+    qid = _require(qa, "id", str, where)
+    qwhere = f"{path}: question {qid}"
+    question = _require(qa, "question", str, qwhere)
+    if not question.strip():
+        raise _Skip("empty", f"{qwhere}: empty question")
+    impossible = _require(qa, "is_impossible", bool, qwhere) if "is_impossible" in qa else False
+    answers = _require(qa, "answers", list, qwhere)
+    if not answers and not impossible:
+        raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
+    texts = [_require(ans, "text", str, qwhere + " answer") for ans in answers]
+    starts = [_require(ans, "answer_start", int, qwhere + " answer") for ans in answers]
+    if any(context[s:s + len(t)] != t or not t.strip() for t, s in zip(texts, starts)):
+        raise _Skip("offset", f"{qwhere}: answer_start does not point at the answer text")
+    return {"id": qid, "question": question, "answers": {"text": texts, "answer_start": starts},
+            "is_impossible": impossible}
+
+
+def _paragraphs(doc, path):
+    """(title, context, qas, where) of every paragraph, checking the nesting on the way."""
+    for a, article in enumerate(_require(doc, "data", list, str(path))):
+        title = article.get("title", "") if isinstance(article, dict) else ""
+        where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
+        for p, para in enumerate(_require(article, "paragraphs", list, where)):
+            context = _require(para, "context", str, f"{where} paragraph {p}")
+            if not context.strip():
+                raise UserError(f"{where} paragraph {p}: empty context")
+            yield title, context, _require(para, "qas", list, f"{where} paragraph {p}"), f"{where} paragraph {p}"
 
 
 def read_squad(path, strict=False):
@@ -64,76 +90,28 @@ def read_squad(path, strict=False):
     """
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
-    articles = _require(doc, "data", list, str(path))
-    records, skipped, empty = [], [], []
-    for a, article in enumerate(articles):
-        title = article.get("title", "") if isinstance(article, dict) else ""
-        where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
-        for p, para in enumerate(_require(article, "paragraphs", list, where)):
-            context = _require(para, "context", str, f"{where} paragraph {p}")
-            if not context.strip():
-                raise UserError(f"{where} paragraph {p}: empty context")
-            for q, qa in enumerate(_require(para, "qas", list, f"{where} paragraph {p}")):
-                qid = _require(qa, "id", str, f"{where} paragraph {p} question {q}")
-                qwhere = f"{path}: question {qid}"
-                question = _require(qa, "question", str, qwhere)
-                if not question.strip():
-                    if strict:
-                        raise UserError(f"{qwhere}: empty question (--strict; drop --strict to skip such questions)")
-                    empty.append(qid)
-                    continue
-                impossible = bool(qa.get("is_impossible", False))
-                answers = _require(qa, "answers", list, qwhere)
-                if not answers and not impossible:
-                    raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
-                texts, starts, bad = [], [], False
-                for ans in answers:
-                    text = _require(ans, "text", str, qwhere + " answer")
-                    start = _require(ans, "answer_start", int, qwhere + " answer")
-                    if context[start:start + len(text)] != text or not text.strip():
-                        bad = True
-                    texts.append(text)
-                    starts.append(start)
-                if bad:
-                    if strict:
-                        raise UserError(f"{qwhere}: answer_start does not point at the answer text "
-                                        f"(--strict; drop --strict to skip such questions)")
-                    skipped.append(qid)
-                    continue
-                records.append({"id": qid, "title": title, "context": context, "question": question,
-                                "answers": {"text": texts, "answer_start": starts},
-                                "is_impossible": impossible})
+    records, skipped = [], {"offset": [], "empty": []}
+    for title, context, qas, where in _paragraphs(doc, path):
+        for q, qa in enumerate(qas):
+            try:
+                records.append({"title": title, "context": context, **_question(qa, context, path, f"{where} question {q}")})
+            except _Skip as skip:
+                if strict:
+                    raise UserError(f"{skip} (--strict; drop --strict to skip such questions)") from None
+                skipped[skip.kind].append(qa["id"])
     if not records:
         raise UserError(f"{path}: no usable questions")
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"{path}: question id {dup} appears more than once")
-    return Examples(records, str(path), is_squad_v2(doc), skipped, empty)
-
-
-def to_articles(records, version_2):
-    """Nest flat records back into the official `data` list: what the official metrics read."""
-    articles, paragraphs = {}, {}
-    for r in records:
-        article = articles.setdefault(r["title"], {"title": r["title"], "paragraphs": []})
-        key = (r["title"], r["context"])
-        if key not in paragraphs:
-            paragraphs[key] = {"context": r["context"], "qas": []}
-            article["paragraphs"].append(paragraphs[key])
-        qa = {"id": r["id"], "question": r["question"],
-              "answers": [{"text": t, "answer_start": s}
-                          for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}
-        if version_2:  # the metrics pick the SQuAD version from the presence of this field
-            qa["is_impossible"] = r["is_impossible"]
-        paragraphs[key]["qas"].append(qa)
-    return list(articles.values())
+    return Examples(records, str(path), squad.is_squad_v2(doc), skipped["offset"], skipped["empty"])
 
 
 def load_hub_split(name, split, cache_dir):
-    """A split of a hub dataset saved by --download-only; never touches the network."""
+    """A split of a hub dataset saved by `bert-squad download`; never touches the network."""
     path = cache.find_dataset(name, cache_dir)
-    import datasets
+    import datasets  # heavy: only runs that read a hub dataset need it
 
     ds = datasets.load_from_disk(str(path))[split]
     records = [dict(r, is_impossible=not r["answers"]["text"]) for r in ds]
@@ -142,14 +120,14 @@ def load_hub_split(name, split, cache_dir):
                     empty_question_ids=empty)
 
 
-def download_dataset(name, cache_dir):
-    import datasets
-
-    target = cache.dataset_dir(cache_dir, name)
-    ds = datasets.load_dataset(name, cache_dir=str(Path(cache_dir) / "hf-datasets"))
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    ds.save_to_disk(str(tmp))
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
-    return target
+def load_examples(data):
+    """(train, dev) examples from local files or the cached hub dataset; dev is None with --no-eval, or with
+    a --train-file and no --eval-file. `data` is a `config.DataConfig`."""
+    if data.train_file:
+        train = read_squad(data.train_file, strict=data.strict)
+        dev = read_squad(data.eval_file, strict=data.strict) if data.eval_file else None
+    else:
+        train = load_hub_split(data.dataset, "train", data.cache_dir)
+        dev = (read_squad(data.eval_file, strict=data.strict) if data.eval_file
+               else load_hub_split(data.dataset, "validation", data.cache_dir))
+    return train, (None if data.no_eval else dev)

@@ -11,6 +11,10 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
+import hostlist
+import torch
+import torch.distributed as td
+
 from bert_squad.errors import UserError
 
 DEFAULT_PORT = 29500
@@ -33,8 +37,6 @@ class DistEnv:
 
 
 def _first_host(nodelist):
-    import hostlist
-
     return hostlist.expand_hostlist(nodelist)[0]
 
 
@@ -101,6 +103,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
+# What DeepSpeed and torch.distributed read from the environment, exported while a process group lives.
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 @contextlib.contextmanager
 def process_group(dist, timeout_s=600):
     """The process group for the body of a command, yielding this rank's torch device.
@@ -108,36 +114,34 @@ def process_group(dist, timeout_s=600):
     On the way out every rank waits for the others and the group is destroyed while the interpreter
     is still whole: a gloo rank that simply exits while a peer still works dies in C++
     (`terminate called without an active exception`, exit 134; pytorch/pytorch#190489).
-    After an error there is no barrier, so a failing rank cannot hang the job on its way out."""
-    device = _init(dist, timeout_s)
+    After an error there is no barrier, so a failing rank cannot hang the job on its way out. The rank
+    variables are the process's only while the group lives."""
+    previous = {var: os.environ.get(var) for var in RANK_VARS}
+    os.environ.update(zip(RANK_VARS, map(str, (dist.rank, dist.world_size, dist.local_rank, dist.master_addr,
+                                               dist.master_port))))
     ok = False
     try:
-        yield device
+        yield _init(dist, timeout_s)
         ok = True
     finally:
         if is_initialized():
-            import torch.distributed as td
-
             if ok:
                 td.barrier()
             td.destroy_process_group()
+        for var, value in previous.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def _init(dist, timeout_s):
     """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
-    import deepspeed
-    import torch
+    import deepspeed  # heavy: only commands that start a process group
     from deepspeed.accelerator import get_accelerator
 
-    os.environ.update(RANK=str(dist.rank), WORLD_SIZE=str(dist.world_size),
-                      LOCAL_RANK=str(dist.local_rank), MASTER_ADDR=dist.master_addr,
-                      MASTER_PORT=str(dist.master_port))
     acc = get_accelerator()
     if acc.device_name() == "cpu":
-        # DeepSpeed JIT-builds a shared-memory all-reduce op here that only its inference all-reduce
-        # uses. The build costs a minute on a fresh machine, and a build killed half-way leaves a lock
-        # file that makes every later run on the machine wait forever. Training needs none of it.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         device = torch.device("cpu")
     else:
         acc.set_device(dist.local_rank % acc.device_count())
@@ -149,15 +153,11 @@ def _init(dist, timeout_s):
 
 
 def is_initialized():
-    import torch.distributed as td
-
     return td.is_available() and td.is_initialized()
 
 
 def barrier():
     if is_initialized():
-        import torch.distributed as td
-
         td.barrier()
 
 
@@ -176,23 +176,16 @@ def gather_to_rank0(obj, dist):
     """Python objects of every rank, in rank order, on rank 0 (None elsewhere)."""
     if not is_initialized():
         return [obj]
-    import torch.distributed as td
-
     out = [None] * dist.world_size if dist.rank == 0 else None
     td.gather_object(obj, out, dst=0)
     return out
 
 
 def backend():
-    import torch.distributed as td
-
     return td.get_backend() if is_initialized() else "none"
 
 
 def _reduce(values, op):
-    import torch
-    import torch.distributed as td
-
     t = torch.tensor(values, dtype=torch.float64)
     if td.get_backend() == "nccl":
         t = t.cuda()
@@ -204,8 +197,6 @@ def all_sum(values):
     """Element-wise sum of a list of numbers over all ranks."""
     if not is_initialized():
         return list(values)
-    import torch.distributed as td
-
     return _reduce(values, td.ReduceOp.SUM)
 
 
@@ -213,6 +204,4 @@ def any_rank(flag):
     """True on every rank when any rank says True: how ranks agree to stop at the same step."""
     if not is_initialized():
         return bool(flag)
-    import torch.distributed as td
-
     return _reduce([1.0 if flag else 0.0], td.ReduceOp.MAX)[0] > 0

@@ -1,18 +1,30 @@
-"""The DeepSpeed config: found by name or path, checked against this run before any work starts.
+"""The DeepSpeed config of a run, built once as a finished value by the rules this module owns.
+
+`settings` reads a config (a shipped name or a JSON file), checks it against this machine and world size,
+and decides everything that does not depend on the run's length: the batch, the learning rate, where file
+monitors write and, on resume, how the checkpoint's global batch is kept. `Settings.finish` fills the
+schedule from the run's length and returns the `DeepSpeedConfig` the engine is built with; nothing edits
+it afterwards, and the run writes it beside its metrics.
 
 Batch rule: shipped configs give `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`;
 the global `train_batch_size` is derived as micro x accumulation x world size. A config that also sets
 `train_batch_size` must agree with that product for the current world size, or the run stops with an
-error naming the keys. Scheduler values written "auto" are filled in from the run's length.
+error naming the keys. Scheduler values written "auto" are filled in from the run's length and lr.
+
+Resume rule: a checkpoint written by another world size keeps its global batch, by gradient accumulation
+(its micro batch stays the config's); a world that cannot keep it, or a checkpoint whose optimizer state
+DeepSpeed split by rank, is refused in one line.
 """
 
-import copy
 import difflib
 import functools
 import importlib.util
+import json
 import math
 from collections.abc import KeysView
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
@@ -22,6 +34,8 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there
 # Monitor sections DeepSpeed writes files for (an empty output_path means: relative to the working directory).
 FILE_MONITORS = ("tensorboard", "csv_monitor")
 MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+# The sections read here, which must be objects with object params.
+SECTIONS = ("fp16", "bf16", "zero_optimization", "optimizer", "scheduler")
 
 
 class _Recording(dict):
@@ -60,7 +74,7 @@ def deepspeed_keys():
     """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
     DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
     misspelt one would silently change nothing.)"""
-    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
 
     seen = set()
     DeepSpeedConfig(_Recording({"train_micro_batch_size_per_gpu": 1}, seen))
@@ -84,6 +98,7 @@ def locate(name_or_path):
 
 
 def load(name_or_path):
+    """The config file's top-level object; keys DeepSpeed does not read are refused, with a suggestion."""
     path = locate(name_or_path)
     cfg = read_json(path, what="a DeepSpeed config")
     if not isinstance(cfg, dict):
@@ -96,6 +111,59 @@ def load(name_or_path):
     return cfg
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Micro batch per rank x gradient accumulation x ranks: the global batch of one optimizer step."""
+
+    micro: int
+    accumulation: int
+    world_size: int
+
+    @property
+    def size(self):
+        return self.micro * self.accumulation * self.world_size
+
+
+@dataclass(frozen=True)
+class DeepSpeedConfig:
+    """The config the engine is built with, finished: what it holds cannot change."""
+
+    path: Path  # the file it came from
+    batch: Batch
+    precision: str  # fp32, fp16 or bf16
+    zero_stage: int
+    text: str  # the whole config as JSON
+
+    def as_dict(self):
+        """A fresh dict of it, for DeepSpeed and for the run's records."""
+        return json.loads(self.text)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A config file checked for this run, and everything the run decides on top of it but the schedule."""
+
+    path: Path
+    checked: str  # the file's object with --learning-rate applied, as JSON
+    batch: Batch
+    learning_rate: Optional[float]  # the optimizer's, after --learning-rate
+    monitor_dir: Path  # where file monitors without an output_path write
+
+    def finish(self, total_steps, warmup_ratio):
+        """The finished config of a run of `total_steps` optimizer steps."""
+        cfg = json.loads(self.checked)
+        cfg.update(train_micro_batch_size_per_gpu=self.batch.micro, train_batch_size=self.batch.size,
+                   gradient_accumulation_steps=self.batch.accumulation)
+        for section in FILE_MONITORS:
+            if cfg.get(section, {}).get("enabled") and not cfg[section].get("output_path"):
+                cfg[section]["output_path"] = str(self.monitor_dir)
+        fills = {"total_num_steps": total_steps, "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
+                 "warmup_max_lr": self.learning_rate}
+        params = cfg.get("scheduler", {}).get("params", {})
+        params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
+        return DeepSpeedConfig(self.path, self.batch, precision(cfg), zero_stage(cfg), json.dumps(cfg, indent=2))
+
+
 def _positive_int(cfg, key, path, default=None):
     value = cfg.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -103,8 +171,8 @@ def _positive_int(cfg, key, path, default=None):
     return value
 
 
-def _batch_sizes(cfg, path, world_size):
-    """(micro, accumulation) from whichever of the three batch keys the config gives."""
+def _batch(cfg, path, world_size):
+    """The batch from whichever of the three batch keys the config gives."""
     gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
     if "train_micro_batch_size_per_gpu" in cfg:
         micro = _positive_int(cfg, "train_micro_batch_size_per_gpu", path)
@@ -113,23 +181,16 @@ def _batch_sizes(cfg, path, world_size):
                 f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {micro} "
                 f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
                 f"to derive it")
-        return micro, gas
+        return Batch(micro, gas, world_size)
     total = _positive_int(cfg, "train_batch_size", path)
     if total % (gas * world_size):
         raise UserError(f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
                         f"{gas} x world size {world_size}")
-    return total // (gas * world_size), gas
+    return Batch(total // (gas * world_size), gas, world_size)
 
 
-def resolve(cfg, path, *, world_size, has_gpu, learning_rate=None):
-    """Check the batch arithmetic and the precision against this machine; return a config to run."""
-    cfg = copy.deepcopy(cfg)
-    for key in ("fp16", "bf16", "zero_optimization", "optimizer", "scheduler"):  # the sections read here
-        if not isinstance(cfg.get(key, {}), dict) or not isinstance(cfg.get(key, {}).get("params", {}), dict):
-            raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
-    micro, gas = _batch_sizes(cfg, path, world_size)
-    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas,
-               train_batch_size=micro * gas * world_size)
+def _check_values(cfg, path, has_gpu):
+    """Precision against this machine, the ZeRO stage and the learning rate."""
     if cfg.get("fp16", {}).get("enabled") and not has_gpu:
         raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use "
                         f"ds_fp32 or ds_bf16")
@@ -138,23 +199,25 @@ def resolve(cfg, path, *, world_size, has_gpu, learning_rate=None):
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: zero_optimization.stage must be 0..3, not {stage!r}")
-    opt = cfg.get("optimizer", {}).get("params", {})
-    if learning_rate is not None:
-        opt["lr"] = learning_rate
-    if "lr" in opt and not (isinstance(opt["lr"], (int, float)) and 0 < opt["lr"] < 1):
-        raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {opt['lr']!r}")
-    _check_with_deepspeed(cfg, path)
-    return cfg
+    lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
+    if lr is not None and not (isinstance(lr, (int, float)) and 0 < lr < 1):
+        raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {lr!r}")
+
+
+def _check_monitors(cfg, path):
+    """A monitor needs its package, which DeepSpeed would only miss at the first step."""
+    for section, package in MONITOR_PACKAGES.items():
+        if cfg.get(section, {}).get("enabled") and importlib.util.find_spec(package) is None:
+            raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
 
 
 def _check_with_deepspeed(cfg, path):
     """DeepSpeed's own config model on the whole config: unknown keys and bad values inside a section."""
-    from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
+    from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError  # heavy: not for launch and sweep
     from pydantic import ValidationError
 
-    # train_batch_size is left out: DeepSpeed would check it for one process; _batch_sizes did, for this world size.
     try:
-        DeepSpeedConfig({k: v for k, v in cfg.items() if k != "train_batch_size"})
+        DeepSpeedConfig(cfg)
     except ValidationError as err:
         first = err.errors()[0]
         loc = [str(part) for part in first["loc"]]
@@ -167,27 +230,43 @@ def _check_with_deepspeed(cfg, path):
         raise UserError(f"{path}: DeepSpeed refuses it: {reason}") from None
 
 
-def place_monitors(cfg, path, output_dir):
-    """Monitors need their package, and write into the run's output dir unless the config names a directory."""
-    for section, package in MONITOR_PACKAGES.items():
-        if cfg.get(section, {}).get("enabled") and importlib.util.find_spec(package) is None:
-            raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
-    for section in FILE_MONITORS:
-        if cfg.get(section, {}).get("enabled") and not cfg[section].get("output_path"):
-            cfg[section]["output_path"] = str(Path(output_dir) / "monitor")
-    return cfg
+def resumed_batch(batch, layout, path):
+    """The batch that resumes checkpoint `path` (written with `layout`, a `checkpoint.Layout`) in this world:
+    its global batch, kept by accumulation when the world size changed."""
+    if layout.world_size in (None, batch.world_size):
+        return batch
+    if layout.sharded:
+        raise UserError(f"{path}: written by {layout.world_size} ranks, this run has {batch.world_size}; its "
+                        f"optimizer state is split by rank (ZeRO), so resume it on {layout.world_size} ranks, or "
+                        f"start afresh in another --output-dir")
+    if layout.train_batch_size % (batch.micro * batch.world_size):
+        raise UserError(f"{path}: written by {layout.world_size} ranks with a global batch of "
+                        f"{layout.train_batch_size}, which {batch.world_size} ranks x micro batch {batch.micro} "
+                        f"cannot keep by accumulation; resume on {layout.world_size} ranks, or on a number of "
+                        f"ranks that divides {layout.train_batch_size // batch.micro}")
+    return replace(batch, accumulation=layout.train_batch_size // (batch.micro * batch.world_size))
 
 
-def fill_schedule(cfg, total_steps, warmup_ratio):
-    """Replace "auto" scheduler values with numbers that follow from the run's length and lr."""
-    params = cfg.get("scheduler", {}).get("params", {})
+def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir=".", resumed=None):
+    """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided;
+    `resumed` is the `checkpoint.Checkpoint` the run continues, if any."""
+    for key in SECTIONS:
+        if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
+            raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
+    cfg = json.loads(json.dumps(raw))  # a copy: `raw` stays as the file gave it
+    if learning_rate is not None:
+        cfg.setdefault("optimizer", {}).setdefault("params", {})["lr"] = learning_rate
+    batch = _batch(cfg, path, world_size)
+    _check_values(cfg, path, has_gpu)
+    # DeepSpeed would check train_batch_size for one process; _batch did, for this world size.
+    _check_with_deepspeed({**{k: v for k, v in cfg.items() if k != "train_batch_size"},
+                           "train_micro_batch_size_per_gpu": batch.micro,
+                           "gradient_accumulation_steps": batch.accumulation}, path)
+    _check_monitors(cfg, path)
+    if resumed is not None:
+        batch = resumed_batch(batch, resumed.layout, resumed.path)
     lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    fills = {"total_num_steps": total_steps, "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
-             "warmup_max_lr": lr}
-    for key, value in fills.items():
-        if params.get(key) == "auto":
-            params[key] = value
-    return cfg
+    return Settings(Path(path), json.dumps(cfg), batch, lr, Path(output_dir) / "monitor")
 
 
 def precision(cfg):

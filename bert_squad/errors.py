@@ -1,4 +1,7 @@
-"""The one exception type users see: it becomes a single error line and exit code 2."""
+"""The one exception type users see, and how a command turns it into a single error line and exit code 2."""
+
+import sys
+import traceback
 
 EXIT_USAGE = 2
 
@@ -7,3 +10,18 @@ class UserError(Exception):
     """Bad input or environment: the message names the file, field, id or key at fault."""
 
     exit_code = EXIT_USAGE
+
+
+def exit_code(action, prog, debug=False):
+    """Run `action()`: its return value (None: 0), or one stderr line and the exit code of a UserError, so a
+    batch log shows the cause, not a traceback (unless `debug`)."""
+    try:
+        return action() or 0
+    except UserError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

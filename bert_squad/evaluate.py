@@ -7,16 +7,20 @@ passes (a rank out of batches repeats the shortest one and drops its output): un
 forward gathers the parameters from all ranks, so a rank that stopped early would hang the others.
 """
 
-import argparse
 import json
 from pathlib import Path
 
 import torch
 
-from bert_squad import distributed, outputs
+from bert_squad import cache, config, distributed, model, outputs
 from bert_squad.batching import Collator
-from bert_squad.data import to_articles
-from bert_squad.files import write_json_atomic
+from bert_squad.data import read_squad
+from bert_squad.features import build_features
+from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic
+from bert_squad.metrics import score
+from bert_squad.postprocess import postprocess_predictions
+from bert_squad.runtime import Command
+from bert_squad.squad import to_articles
 
 EVAL_BATCH = 64
 
@@ -53,25 +57,22 @@ def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_
     return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
 
 
-def predict(module, examples, features, device, pad_id, answers, dist=None):
-    """`(predictions, nbest, null_odds)` for `examples` on rank 0 (None elsewhere); `answers` is an
-    AnswerConfig. The one path from a model to answers: evaluation and bert-squad-test share it."""
-    from bert_squad.postprocess import postprocess_predictions
-
+def predict(module, examples, features, device, pad_id, postprocess, dist=None):
+    """`(predictions, nbest, null_odds)` for `examples` on rank 0 (None elsewhere); `postprocess` is a
+    `config.PostprocessConfig`. The one path from a model to answers: evaluation and answering share it."""
     logits = predict_logits(module, features, device, pad_id, dist)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
     return postprocess_predictions(
         examples.records, meta, *logits, version_2_with_negative=examples.version_2,
-        max_answer_length=answers.max_answer_length, null_score_diff_threshold=answers.null_score_diff_threshold)
+        max_answer_length=postprocess.max_answer_length,
+        null_score_diff_threshold=postprocess.null_score_diff_threshold)
 
 
-def evaluate(module, examples, features, device, pad_id, answers, dist, output_dir=None):
+def evaluate(module, examples, features, device, pad_id, postprocess, dist, output_dir=None):
     """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
-    from bert_squad.metrics import score
-
-    result = predict(module, examples, features, device, pad_id, answers, dist)
+    result = predict(module, examples, features, device, pad_id, postprocess, dist)
     if result is None:
         return None
     predictions, nbest, null_odds = result
@@ -87,36 +88,38 @@ def evaluate(module, examples, features, device, pad_id, answers, dist, output_d
     return metrics
 
 
-def main(argv):
-    """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
-    from bert_squad import cache, model
-    from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
-    from bert_squad.data import read_squad
-    from bert_squad.features import build_features
-
-    p = argparse.ArgumentParser(prog="bert-squad evaluate", description=main.__doc__)
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad evaluate", description=run.__doc__)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--eval-file", required=True)
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cache-dir", default=None)
-    add_options(p, WindowConfig)
-    add_options(p, AnswerConfig)
+    config.add_options(p, config.WindowConfig)
+    config.add_options(p, config.PostprocessConfig)
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
-    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
-    model.go_offline()
+    return args, config.from_args(config.WindowConfig, args), config.from_args(config.PostprocessConfig, args)
+
+
+def run(parsed):
+    """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
+    args, windows, postprocess = parsed
     cache_dir = args.cache_dir or cache.default_cache_dir()
+    not_a_file(cache_dir, "cache dir")
     model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)
     module = model.load_qa_model(model_dir)
+    ensure_writable_dir(args.output_dir, "output dir")
     dist = distributed.detect()
     with distributed.process_group(dist) as device:
         module.to(device)
         features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist)
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        metrics = evaluate(module, examples, features, device, tokenizer.pad_token_id, answers, dist,
+        metrics = evaluate(module, examples, features, device, tokenizer.pad_token_id, postprocess, dist,
                            output_dir=args.output_dir)
     if metrics is not None:
         print(json.dumps(metrics))
     return 0
+
+
+EVALUATE = Command(parse=parse, run=run, deepspeed=True)

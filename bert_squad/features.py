@@ -35,19 +35,19 @@ def _trim_offsets(text, offsets):
     return start, end
 
 
-def _tokenize(batch, tokenizer, win):
-    questions = _truncate_questions(tokenizer, batch["question"], win.max_query_length)
+def _tokenize(batch, tokenizer, windows):
+    questions = _truncate_questions(tokenizer, batch["question"], windows.max_query_length)
     enc = tokenizer(
-        questions, batch["context"], truncation="only_second", max_length=win.max_seq_length,
-        stride=win.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+        questions, batch["context"], truncation="only_second", max_length=windows.max_seq_length,
+        stride=windows.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
     for i, offsets in enumerate(enc["offset_mapping"]):
         context, seq_ids = batch["context"][enc["overflow_to_sample_mapping"][i]], enc.sequence_ids(i)
         enc["offset_mapping"][i] = [_trim_offsets(context, o) if s == 1 else o for o, s in zip(offsets, seq_ids)]
     return enc
 
 
-def prepare_train(batch, tokenizer, win):
-    enc = _tokenize(batch, tokenizer, win)
+def prepare_train(batch, tokenizer, windows):
+    enc = _tokenize(batch, tokenizer, windows)
     sample_map = enc.pop("overflow_to_sample_mapping")
     starts, ends, answerable = [], [], []
     for i, offsets in enumerate(enc["offset_mapping"]):
@@ -74,8 +74,8 @@ def prepare_train(batch, tokenizer, win):
     return enc
 
 
-def prepare_eval(batch, tokenizer, win):
-    enc = _tokenize(batch, tokenizer, win)
+def prepare_eval(batch, tokenizer, windows):
+    enc = _tokenize(batch, tokenizer, windows)
     sample_map = enc.pop("overflow_to_sample_mapping")
     enc["example_id"] = [batch["id"][j] for j in sample_map]
     enc["offset_mapping"] = [
@@ -84,9 +84,9 @@ def prepare_eval(batch, tokenizer, win):
     return enc
 
 
-def _cache_key(examples, tokenizer, win, train):
+def _cache_key(examples, tokenizer, windows, train):
     h = hashlib.sha256()
-    h.update(json.dumps([FEATURES_FORMAT, train, dataclasses.asdict(win)]).encode())
+    h.update(json.dumps([FEATURES_FORMAT, train, dataclasses.asdict(windows)]).encode())
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     spec.pop("truncation", None), spec.pop("padding", None)  # call-time state, not the vocabulary
     h.update(json.dumps(spec, sort_keys=True).encode())
@@ -95,23 +95,22 @@ def _cache_key(examples, tokenizer, win, train):
     return h.hexdigest()[:20]
 
 
-def build_features(examples, tokenizer, win, cache_dir, train, dist=None):
+def build_features(examples, tokenizer, windows, cache_dir, train, dist=None):
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
-    `win` is a `config.WindowConfig`. Without `cache_dir` (a handful of questions) the features stay
+    `windows` is a `config.WindowConfig`. Without `cache_dir` (a handful of questions) the features stay
     in memory; `dist` (this rank's `DistEnv`) is needed with a cache shared by several ranks.
     """
-    import datasets
+    import datasets  # heavy: not for the commands that tokenize nothing
 
-    datasets.disable_progress_bars()
     ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
     fn = prepare_train if train else prepare_eval
     kind = "train" if train else "eval"
     kwargs = dict(batched=True, batch_size=1000, remove_columns=ds.column_names,
-                  fn_kwargs={"tokenizer": tokenizer, "win": win})
+                  fn_kwargs={"tokenizer": tokenizer, "windows": windows})
     if cache_dir is None:  # nothing on disk, so no fingerprint needed: hashing the tokenizer costs more than the work
         return ds.map(fn, keep_in_memory=True, new_fingerprint=f"in-memory-{kind}", **kwargs)
-    cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, win, train)}.arrow"
+    cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, windows, train)}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
         return ds.map(fn, cache_file_name=str(cache_file), load_from_cache_file=True, **kwargs)

@@ -45,3 +45,22 @@ def write_text_atomic(path, text):
 
 def write_json_atomic(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def not_a_file(path, what="directory"):
+    """A directory option may name a directory or nothing yet, never a file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise UserError(f"{path}: {what} is a file, not a directory")
+
+
+def ensure_writable_dir(path, what="directory"):
+    """Create `path` if needed and prove it can be written, so a run fails before its work, not after."""
+    path = Path(path)
+    not_a_file(path, what)
+    probe = path / f".write-test-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{path}: {what} cannot be written ({err.strerror})") from None

@@ -17,6 +17,8 @@ import re
 import string
 import sys
 
+from bert_squad.squad import is_squad_v2
+
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
@@ -159,9 +161,7 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
 
 
 def score(articles, predictions, na_probs=None):
-    """Score with the official script for the data's version (`data.is_squad_v2`)."""
-    from bert_squad.data import is_squad_v2
-
+    """Score with the official script for the data's version (`squad.is_squad_v2`)."""
     if is_squad_v2({"data": articles}):
         return score_v2(articles, predictions, na_probs)
     if na_probs is not None:

@@ -1,33 +1,15 @@
-"""Model and tokenizer: resolved from a local directory or the Hugging Face hub cache, never from the
-network at run time; exported in Hugging Face format so `AutoModelForQuestionAnswering` (transformers 4
+"""Model and tokenizer: loaded from a local directory (`cache.find_model` resolves hub names to one), never
+from the network; exported in Hugging Face format so `AutoModelForQuestionAnswering` (transformers 4
 and 5) and `bert_squad.answer.Answerer` load it.
 """
 
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
-from bert_squad import cache
 from bert_squad.errors import UserError
-
-OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-# Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
-HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
-
-
-def go_offline():
-    """Everything comes from local files now: stop the HF libraries from trying the network."""
-    for var in OFFLINE_VARS:
-        os.environ[var] = "1"
-
-
-def _quiet_transformers():
-    """Batch logs: no per-file progress bars (5.x shows one while loading weights), warnings only."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.logging.set_verbosity_warning()
 
 
 def _reason(err):
@@ -36,13 +18,12 @@ def _reason(err):
 
 
 def load_tokenizer(model_dir):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: not for the commands that load no model
 
-    _quiet_transformers()
     # Any failure to read a user's directory (missing files, a slow-only tokenizer needing protobuf or
     # sentencepiece, malformed JSON) is a problem with that directory, said in one line.
     try:
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
         raise UserError(f"{model_dir}: cannot load a tokenizer ({_reason(err)})") from None
     # transformers 5 builds an empty vocabulary where no tokenizer file exists; every word would be [UNK].
@@ -58,19 +39,18 @@ def load_qa_model(model_dir):
     """A question-answering model; an encoder checkpoint gets a new span head (that is fine-tuning).
 
     transformers picks SDPA attention by itself where the family has it (DeBERTa has not)."""
-    import transformers
+    import transformers  # heavy: not for the commands that load no model
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
-    _quiet_transformers()
     try:
-        config = AutoConfig.from_pretrained(str(model_dir))
+        config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
         raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
     # Loading an encoder into a QA head is expected; don't alarm users with the "newly initialized" warning.
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config)
+        return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config, local_files_only=True)
     except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
         raise UserError(f"{model_dir}: cannot load model weights ({_reason(err)})") from None
     finally:
@@ -113,12 +93,18 @@ def _portable_tokenizer_class(path):
         path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
-def download(name, cache_dir):
-    """Fetch model and tokenizer files into the hub cache under `cache_dir` (login node)."""
-    from huggingface_hub import snapshot_download
+def param_groups(module, weight_decay):
+    """No weight decay on biases and LayerNorm weights, as BERT was trained."""
+    decay, no_decay = [], []
+    for p in module.parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
-    hub = str(cache.hub_dir(cache_dir))
-    path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS))
-    if not any(path.glob("*.safetensors")):  # an older repo with PyTorch pickles only
-        path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS + ["pytorch_model*.bin"]))
-    return path
+
+def weights_digest(state):
+    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests (under
+    ZeRO-3 only rank 0 holds whole weights, so there is one digest)."""
+    h = hashlib.sha256()
+    for _, p in sorted(state.items()):
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()

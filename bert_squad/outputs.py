@@ -8,6 +8,7 @@ sweeps and summaries alike. A stopped run (exit 75) leaves checkpoints and no fi
 from pathlib import Path
 
 TRAIN_METRICS = "train_metrics.json"
+DEEPSPEED_CONFIG = "deepspeed_config.json"  # the exact config the engine was built with
 EVAL_METRICS = "eval_metrics.json"
 PREDICTIONS = "predictions.json"
 NBEST = "nbest_predictions.json"

@@ -6,7 +6,10 @@ For BERT-base at s = 384 that is about 212 GFLOP. s is the length the device com
 batch length); non-padding tokens/s is reported beside it to show the useful part.
 """
 
+import resource
 import time
+
+import torch
 
 # Dense tensor-core peak TFLOP/s per device for 16-bit math, and for fp32 where it differs (TF32 is not
 # used by default in PyTorch matmuls, so fp32 runs are measured against the plain FP32 peak).
@@ -33,8 +36,6 @@ def peak_tflops(device_name, precision, override=None):
 
 
 def device_name(device):
-    import torch
-
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return "cpu"
@@ -46,8 +47,6 @@ def model_shape(module):
     Parameters are counted, not derived from config fields, so every family (GLU feed-forwards,
     DeBERTa's relative-position projections) is right; layers and hidden size give attention's
     sequence-squared term, and are None where a config names them differently (that term is left out)."""
-    import torch
-
     def count(params):  # ZeRO-3 leaves each rank a shard; ds_numel is the whole parameter's size
         return sum(getattr(p, "ds_numel", p.numel()) for p in params)
 
@@ -112,10 +111,6 @@ class Meter:
 
 
 def peak_memory_gib(device):
-    import torch
-
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB

@@ -1,7 +1,8 @@
 """Stopping on request: Slurm's end-of-job warning (SIGUSR1) or preemption and scancel (SIGTERM).
 
 The handler only records the signal; the training loop asks every rank at each step, so all ranks
-stop at the same step, save one checkpoint and exit with EXIT_STOPPED.
+stop at the same step, save one checkpoint and exit with EXIT_STOPPED. The handlers are this module's only
+while a `StopRequest` is entered: on the way out the previous ones are back.
 """
 
 import signal
@@ -14,8 +15,15 @@ class StopRequest:
 
     def __init__(self):
         self.signum = None
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._handle)
+        self._previous = {}
+
+    def __enter__(self):
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
     def _handle(self, signum, frame):
         self.signum = signum

@@ -4,17 +4,17 @@ The last stdout line is `json.dumps` of exactly what `evaluate-v1.1.py` / `evalu
 so scripts can parse it and compare with published numbers; the table goes to stderr.
 """
 
-import argparse
 import json
 import numbers
 
 from rich.console import Console
 from rich.table import Table
 
-from bert_squad import metrics
-from bert_squad.data import is_squad_v2
+from bert_squad import config, metrics
 from bert_squad.errors import UserError
 from bert_squad.files import read_json, write_json_atomic
+from bert_squad.runtime import Command
+from bert_squad.squad import is_squad_v2
 
 
 def _check_dataset(path, doc):
@@ -68,9 +68,8 @@ def _show(result, title):
     Console(stderr=True).print(table)
 
 
-def main(argv):
-    """Score SQuAD predictions like evaluate-v1.1.py / evaluate-v2.0.py (version from the eval file)."""
-    p = argparse.ArgumentParser(prog="bert-squad score", description=main.__doc__)
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad score", description=run.__doc__)
     p.add_argument("--eval-file", required=True, help="official-format SQuAD JSON (v1.1 or v2.0)")
     p.add_argument("--predictions", required=True, help="JSON object: question id -> answer text")
     p.add_argument("--na-probs", help="v2.0: JSON object question id -> no-answer probability/odds")
@@ -78,39 +77,46 @@ def main(argv):
                    help='v2.0: predict "" where the no-answer probability exceeds this (default 1.0)')
     p.add_argument("--out-file", help="also write the metrics JSON here")
     p.add_argument("--debug", action="store_true", help="traceback on errors")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
+
+def _inputs(args):
+    """(eval file's document, predictions, no-answer probabilities or None), each checked."""
     doc = read_json(args.eval_file)
     _check_dataset(args.eval_file, doc)
-    articles = doc["data"]
     predictions = read_json(args.predictions)
     _check_mapping(args.predictions, predictions, lambda v: isinstance(v, str), "an answer string")
     na_probs = None
     if args.na_probs:
         na_probs = read_json(args.na_probs)
         _check_mapping(args.na_probs, na_probs, _is_number, "a number")
+    return doc, predictions, na_probs
 
-    v2 = is_squad_v2(doc)
+
+def run(args):
+    """Score SQuAD predictions like evaluate-v1.1.py / evaluate-v2.0.py (version from the eval file)."""
+    doc, predictions, na_probs = _inputs(args)
+    articles, v2 = doc["data"], is_squad_v2(doc)
     if not v2 and (na_probs is not None or args.na_prob_thresh is not None):
         raise UserError(f"{args.eval_file}: --na-probs and --na-prob-thresh apply to SQuAD v2.0 data only")
     qids = metrics.question_ids(articles)
     if not qids:
         raise UserError(f"{args.eval_file}: no questions")
-    if v2:
-        for path, mapping, what in ((args.predictions, predictions, "prediction"),
-                                    (args.na_probs, na_probs, "no-answer probability")):
-            _require_all(path, qids, mapping, what)
     try:
         if v2:
+            _require_all(args.predictions, qids, predictions, "prediction")
+            _require_all(args.na_probs, qids, na_probs, "no-answer probability")
             thresh = 1.0 if args.na_prob_thresh is None else args.na_prob_thresh
             result = metrics.score_v2(articles, predictions, na_probs, thresh)
         else:
             result = metrics.score_v1(articles, predictions)
     except ValueError as err:  # what is left to go wrong is in the eval file
         raise UserError(f"{args.eval_file}: {err}") from None
-
     if args.out_file:  # first: an out-file that cannot be written is then the only line on stderr
         write_json_atomic(args.out_file, result)
     _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions")
     print(json.dumps(result))
     return 0
+
+
+SCORE = Command(parse=parse, run=run)

@@ -1,193 +1,189 @@
-"""The training job: check every input -> build (features, batch plan, engine, resume) -> loop -> finish.
+"""The training job, as orchestration only: check -> build -> loop -> finish.
 
-`main` finds everything that can be wrong with the input before it starts the process group or
-writes a file. `train` then builds the run, `loop` trains it (reading like nanoGPT's: one block per
-concern, each under one condition) and `finish` evaluates, exports and writes the final metrics.
+`check` finds everything that can be wrong with the input before a process group starts or a file is
+written. `build` makes the run: the features and batch plan, the finished DeepSpeed config (`plan`), the
+engine and the resumed position. `loop` trains it, reading like nanoGPT's: one block per concern, each
+under one condition. `finish` evaluates, exports and writes the final metrics, the file that says the run
+finished. `bert-squad config` stops after `plan` and prints the configuration instead of training.
 """
 
+from __future__ import annotations
+
+import contextlib
 import dataclasses
 import json
-import logging
 import math
-import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
-from bert_squad import cache, checkpoint, config, distributed, dsconfig, outputs, perf
-from bert_squad import data as data_lib
-from bert_squad import model as model_lib
-from bert_squad.errors import UserError
-from bert_squad.files import write_json_atomic
+import torch
+from torch.utils.data import DataLoader
+
+from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report
+from bert_squad.batching import BatchPlan, Collator
+from bert_squad.evaluate import evaluate
+from bert_squad.features import build_features, feature_report
+from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
+from bert_squad.runtime import Command
+
+if TYPE_CHECKING:  # deepspeed, transformers and datasets load where the run starts using them: not for --help
+    import datasets
+    from deepspeed import DeepSpeedEngine
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inputs:
-    """What `main` checked and loaded before anything was started or written."""
+    """What `check` found and loaded before anything was started or written."""
 
+    cfg: config.RunConfig
     dist: distributed.DistEnv
-    ds_config: dict
-    train_examples: data_lib.Examples
-    dev_examples: Optional[data_lib.Examples]
-    tokenizer: Any
-    module: Any  # the transformers QA model, before DeepSpeed wraps it
-    resume_from: Optional[Path]
+    deepspeed: dsconfig.Settings  # the DeepSpeed config for this world, all but the schedule
+    train_examples: data.Examples
+    dev_examples: Optional[data.Examples]
+    tokenizer: PreTrainedTokenizerFast
+    module: PreTrainedModel  # the transformers QA model, before DeepSpeed wraps it
+    resume_from: Optional[checkpoint.Checkpoint]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run's work, fixed before the engine starts: features, who trains on which, and for how long."""
+
+    features: datasets.Dataset  # train features, all columns
+    dev_features: Optional[datasets.Dataset]
+    feature_report: dict
+    batches: BatchPlan
+    steps_per_epoch: int
+    total_steps: int
+    ds_config: dsconfig.DeepSpeedConfig  # finished: the schedule follows from total_steps
 
 
 @dataclass
 class Run:
-    """A built run: what the loop and `finish` work on."""
+    """A built run: what `loop` and `finish` work on."""
 
-    engine: Any
-    plan: Any  # batching.BatchPlan
-    rows: Any  # the train features' model columns
-    collate: Any
-    dev_features: Any
+    inputs: Inputs
+    plan: Plan
+    device: torch.device
+    engine: DeepSpeedEngine
+    rows: datasets.Dataset  # the train features' model columns
+    collate: Collator
     progress: checkpoint.Progress
-    steps_per_epoch: int
-    total_steps: int
     meter: perf.Meter
-    feature_report: dict
-    device_name: str
     started: float  # perf_counter() when the build began: the run's wall time counts from here
-    evals: list = dataclasses.field(default_factory=list)
-    last_rates: dict = dataclasses.field(default_factory=dict)
+    evals: list = field(default_factory=list)
+    last_rates: dict = field(default_factory=dict)
 
 
-def main(argv):
-    cfg = config.parse_run_config(argv)
-    quiet_libraries(cfg.debug)
-    if cfg.data.download_only:
-        return download_only(cfg.data)
-    inputs = check_inputs(cfg)
-    dist = inputs.dist
-    with distributed.process_group(dist, cfg.faults.dist_timeout) as device:
-        print(f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} device {device} "
-              f"backend {distributed.backend()} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}",
-              flush=True)
-        return train(cfg, inputs, device)
-
-
-def check_inputs(cfg):
-    """Everything that can be wrong with the input, found before any process group or file exists."""
-    from deepspeed.accelerator import get_accelerator
-
-    model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
-    model_lib.go_offline()
-    dist = distributed.detect()
-    ds_path = dsconfig.locate(cfg.train.deepspeed_config)
-    ds_config = dsconfig.resolve(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
-                                 has_gpu=get_accelerator().device_name() != "cpu",
-                                 learning_rate=cfg.train.learning_rate)
-    dsconfig.place_monitors(ds_config, ds_path, cfg.data.output_dir)
-    resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
-    if resume_from:
-        ds_config = checkpoint.adapt(ds_config, resume_from, dist.world_size)
-    train_ex, dev_ex = load_examples(cfg.data)
-    tokenizer = model_lib.load_tokenizer(model_dir)
-    import transformers
-
-    transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
-    module = model_lib.load_qa_model(model_dir)
-    # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
-    module.config.version_2_with_negative = train_ex.version_2
-    check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
-    return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
-
-
-def train(cfg, inputs, device):
-    """Build the run, train it, and finish it unless a stop was requested."""
-    run = build(cfg, inputs, device)
-    show_bar = sys.stdout.isatty() and not distributed.started_by_launcher()
-    if loop(run, cfg, inputs, device, show_bar) == EXIT_STOPPED:
-        return EXIT_STOPPED
-    finish(run, cfg, inputs, device)
+def main(cfg):
+    inputs = check(cfg)
+    ensure_writable_dir(cfg.data.output_dir, "output dir")  # the last check, and the first thing written
+    with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device:
+        print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
+        run = build(inputs, device)
+        if loop(run) == EXIT_STOPPED:
+            return EXIT_STOPPED
+        finish(run)
     return 0
 
 
-def build(cfg, inputs, device):
-    """Features, batch plan, schedule, DeepSpeed engine, and the resumed position."""
-    import deepspeed
-    import torch
+def check(cfg):
+    """Everything that can be wrong with the input, found before any process group or file exists."""
+    import transformers  # heavy: after the arguments parsed (see TYPE_CHECKING above)
+    from deepspeed.accelerator import get_accelerator
 
-    from bert_squad.batching import BatchPlan, Collator
-    from bert_squad.features import build_features, feature_report
+    not_a_file(cfg.data.cache_dir, "cache dir")
+    not_a_file(cfg.data.output_dir, "output dir")
+    model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
+    dist = distributed.detect()
+    resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    ds_path = dsconfig.locate(cfg.train.deepspeed_config)
+    settings = dsconfig.settings(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
+                                 has_gpu=get_accelerator().device_name() != "cpu",
+                                 learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir,
+                                 resumed=resume_from)
+    train_examples, dev_examples = data.load_examples(cfg.data)
+    tokenizer = model.load_tokenizer(model_dir)
+    transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
+    module = model.load_qa_model(model_dir)
+    # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
+    module.config.version_2_with_negative = train_examples.version_2
+    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resume_from)
 
-    dist, ds_config, windows = inputs.dist, inputs.ds_config, cfg.windows
-    torch.manual_seed(cfg.train.seed + dist.rank)
+
+def plan(inputs):
+    """Features (tokenized once, cached), the batch plan and the finished DeepSpeed config."""
+    cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
     features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, True, dist)
     dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, False, dist)
                     if inputs.dev_examples else None)
-    report = feature_report(inputs.train_examples, features)
-    log(dist, describe_features(inputs.train_examples, report, windows, time.perf_counter() - t0))
+    found = feature_report(inputs.train_examples, features)
+    report.log(dist, report.features_line(inputs.train_examples, found, windows, time.perf_counter() - t0))
     if dev_features is not None:
-        log(dist, f"eval {inputs.dev_examples.source}: {len(inputs.dev_examples)} questions, {len(dev_features)} "
-                  f"features; {inputs.dev_examples.skip_summary()}")
-
-    micro, gas = ds_config["train_micro_batch_size_per_gpu"], ds_config["gradient_accumulation_steps"]
-    plan = BatchPlan([len(x) for x in features["input_ids"]], micro, dist.world_size, dist.rank,
-                     cfg.train.seed, group_by_length=not cfg.speed.pad_to_max_length, accumulation=gas)
-    steps_per_epoch = len(plan) // gas
-    if len(features) < ds_config["train_batch_size"]:
-        log(dist, f"note: {len(features)} train features are fewer than one global batch of "
-                  f"{ds_config['train_batch_size']}; each step repeats them to fill it")
+        report.log(dist, report.eval_features_line(inputs.dev_examples, dev_features))
+    batch = inputs.deepspeed.batch
+    batches = BatchPlan([len(x) for x in features["input_ids"]], batch.micro, dist.world_size, dist.rank,
+                        cfg.train.seed, group_by_length=not cfg.speed.pad_to_max_length, accumulation=batch.accumulation)
+    if len(features) < batch.size:
+        report.log(dist, f"note: {len(features)} train features are fewer than one global batch of {batch.size}; "
+                         f"each step repeats them to fill it")
+    steps_per_epoch = len(batches) // batch.accumulation
     total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
-    dsconfig.fill_schedule(ds_config, total_steps, cfg.train.warmup_ratio)
-    weight_decay = ds_config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
-    engine, _, _, _ = deepspeed.initialize(model=inputs.module, config=ds_config,
-                                           model_parameters=param_groups(inputs.module, weight_decay))
+    ds_config = inputs.deepspeed.finish(total_steps, cfg.train.warmup_ratio)
+    return Plan(features, dev_features, found, batches, steps_per_epoch, total_steps, ds_config)
+
+
+def build(inputs, device):
+    """The planned run on its engine, at the step it resumes from."""
+    import deepspeed  # heavy: after the arguments parsed (see TYPE_CHECKING above)
+
+    cfg, dist = inputs.cfg, inputs.dist
+    torch.manual_seed(cfg.train.seed + dist.rank)
+    started = time.perf_counter()
+    work = plan(inputs)
+    if dist.is_main:  # the exact config the engine gets, beside the run's metrics
+        write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text + "\n")
+    groups = model.param_groups(inputs.module, work.ds_config.as_dict().get("optimizer", {}).get("params", {})
+                                .get("weight_decay", 0.0))
+    engine, _, _, _ = deepspeed.initialize(model=inputs.module, config=work.ds_config.as_dict(),
+                                           model_parameters=groups)
     if cfg.speed.compile:
         engine.compile()
-
-    progress = resume(engine, inputs)
+    progress = checkpoint.Progress()
+    if inputs.resume_from:
+        progress = checkpoint.load(engine, inputs.resume_from, dist)
+        for line in report.resumed_lines(inputs.resume_from, progress.step, work.ds_config.batch):
+            report.log(dist, line)
     columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
-               if c in features.column_names]
+               if c in work.features.column_names]
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
-                       pad_to=windows.max_seq_length if cfg.speed.pad_to_max_length else None)
+                       pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None)
     device_name = perf.device_name(device)
-    peak = perf.peak_tflops(device_name, dsconfig.precision(ds_config), cfg.speed.peak_tflops)
-    log(dist, f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch "
-              f"{ds_config['train_batch_size']} = {micro} x {gas} x {dist.world_size}, {dsconfig.precision(ds_config)}, "
-              f"zero stage {dsconfig.zero_stage(ds_config)}, device {device_name}")
+    peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
+    report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
-    return Run(engine, plan, features.select_columns(columns), collate, dev_features, progress,
-               steps_per_epoch, total_steps, meter, report, device_name, t0)
+    return Run(inputs, work, device, engine, work.features.select_columns(columns), collate, progress, meter, started)
 
 
-def resume(engine, inputs):
-    """Where training continues: the checkpoint's position (weights and optimizer loaded), or the start."""
-    dist, path = inputs.dist, inputs.resume_from
-    if not path:
-        return checkpoint.Progress()
-    progress = checkpoint.load(engine, path, dist)
-    log(dist, f"resumed from {path} at step {progress.step}")
-    old_world = checkpoint.written_by(path)[0]
-    if old_world not in (None, dist.world_size):
-        log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
-                  f"gradient accumulation {engine.gradient_accumulation_steps()} keeps its global batch of "
-                  f"{engine.train_batch_size()}; from here the batches and dropout differ from an uninterrupted run")
-    return progress
-
-
-def optimizer_steps(run, device):
+def optimizer_steps(run):
     """The micro batches of each remaining optimizer step, across epochs, from where `run.progress` stands.
 
     `progress` is advanced as each step is handed out, so a checkpoint taken after the step resumes
     with exactly the next one."""
-    from torch.utils.data import DataLoader
-
-    gas = run.engine.gradient_accumulation_steps()
-    progress = run.progress
-    while progress.step < run.total_steps:
-        batches = run.plan.epoch(progress.epoch)[:run.steps_per_epoch * gas]
+    gas, work, progress = run.engine.gradient_accumulation_steps(), run.plan, run.progress
+    on_gpu = run.device.type == "cuda"
+    while progress.step < work.total_steps:
+        batches = work.batches.epoch(progress.epoch)[:work.steps_per_epoch * gas]
         loader = iter(DataLoader(run.rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=run.collate,
-                                 num_workers=0 if device.type == "cpu" else 2, pin_memory=device.type == "cuda"))
-        for _ in range(progress.batch_in_epoch // gas, run.steps_per_epoch):
-            if progress.step >= run.total_steps:
+                                 num_workers=2 if on_gpu else 0, pin_memory=on_gpu))
+        for _ in range(progress.batch_in_epoch // gas, work.steps_per_epoch):
+            if progress.step >= work.total_steps:
                 return
             micro_batches = [next(loader) for _ in range(gas)]
             progress.step, progress.batch_in_epoch = progress.step + 1, progress.batch_in_epoch + gas
@@ -195,12 +191,12 @@ def optimizer_steps(run, device):
         progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
 
 
-def loop(run, cfg, inputs, device, show_bar):
-    """Train to `run.total_steps`; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
-    engine, progress, dist, every = run.engine, run.progress, inputs.dist, cfg.train
-    stop = StopRequest()
-    with ProgressDisplay(run, dist, show_bar) as bar:
-        for micro_batches in optimizer_steps(run, device):
+def loop(run):
+    """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
+    engine, progress, total, device = run.engine, run.progress, run.plan.total_steps, run.device
+    train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
+    with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
+        for micro_batches in optimizer_steps(run):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
             for batch in micro_batches:
                 loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
@@ -208,191 +204,74 @@ def loop(run, cfg, inputs, device, show_bar):
                 engine.step()
                 run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
             # log: the only host sync, every --log-every steps
-            if progress.step % every.log_every == 0 or progress.step == run.total_steps:
+            if progress.step % train.log_every == 0 or progress.step == total:
                 run.last_rates = run.meter.log_rates(distributed.all_sum)
-                bar.log(format_rates(progress.step, run.total_steps, engine.get_lr()[0], run.last_rates, device))
-                engine.monitor.write_events(monitor_events(run.last_rates, engine.global_samples))
+                shown.log(report.rates_line(progress.step, total, engine.get_lr()[0], run.last_rates, device))
+                engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`)
-            if every.eval_every and progress.step % every.eval_every == 0 and progress.step < run.total_steps:
-                evaluate_now(run, cfg, inputs, device)
+            if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
+                evaluate_now(run)
             # checkpoint, and stop when any rank was asked to
             if distributed.any_rank(stop.requested):
-                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
-                log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
-                          f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
+                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist)
+                report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
+                                 f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
                 return EXIT_STOPPED
-            if cfg.faults.checkpoint_every and progress.step % cfg.faults.checkpoint_every == 0:
-                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
-            bar.advance(progress.step, run.last_rates)
+            if faults.checkpoint_every and progress.step % faults.checkpoint_every == 0:
+                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist)
+            shown.advance(progress.step, run.last_rates)
     return 0
 
 
-def evaluate_now(run, cfg, inputs, device, output_dir=None):
+def evaluate_now(run, output_dir=None):
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0."""
-    from bert_squad.evaluate import evaluate
-
-    if run.dev_features is None:
+    inputs = run.inputs
+    if run.plan.dev_features is None:
         return None
-    metrics = evaluate(run.engine.module, inputs.dev_examples, run.dev_features, device,
-                       inputs.tokenizer.pad_token_id, cfg.answers, inputs.dist, output_dir=output_dir)
+    metrics = evaluate(run.engine.module, inputs.dev_examples, run.plan.dev_features, run.device,
+                       inputs.tokenizer.pad_token_id, inputs.cfg.postprocess, inputs.dist, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))
-        log(inputs.dist, f"eval step {run.progress.step}: {json.dumps(metrics)}")
+        report.log(inputs.dist, report.eval_line(run.progress.step, metrics))
     return metrics
 
 
-def finish(run, cfg, inputs, device):
+def finish(run):
     """Final evaluation, the exported model, and last the metrics file that marks the run finished."""
-    dist, out = inputs.dist, Path(cfg.data.output_dir)
+    inputs, work = run.inputs, run.plan
+    dist, out = inputs.dist, Path(inputs.cfg.data.output_dir)
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
-    state = model_lib.gathered_state_dict(run.engine)  # a collective under ZeRO-3
-    digests = distributed.gather_to_rank0(None if state is None else weights_checksum(state), dist)
-    checksums = [d for d in digests or [] if d]  # under ZeRO-3 only rank 0's
-    evaluate_now(run, cfg, inputs, device, output_dir=out)
-    if dist.is_main:
-        model_lib.export(run.engine.module, state, inputs.tokenizer, out)
-        write_json_atomic(out / outputs.TRAIN_METRICS, {
-            "steps": run.progress.step, "epochs": run.progress.step / run.steps_per_epoch,
-            "world_size": dist.world_size, "train_batch_size": inputs.ds_config["train_batch_size"],
-            "precision": dsconfig.precision(inputs.ds_config), "wall_time_s": wall, "device": run.device_name,
-            **{f"run_{k}": v for k, v in run_rates.items()}, "last_log": run.last_rates,
-            "peak_memory_gib": perf.peak_memory_gib(device), "features": run.feature_report, "evals": run.evals,
-            "weights_sha256_per_rank": checksums, "deepspeed_config": inputs.ds_config,
-            "config": dataclasses.asdict(cfg)})
-        log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)")
+    state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
+    digests = distributed.gather_to_rank0(None if state is None else model.weights_digest(state), dist)
+    evaluate_now(run, output_dir=out)
+    if not dist.is_main:
+        return
+    model.export(run.engine.module, state, inputs.tokenizer, out)
+    write_json_atomic(out / outputs.TRAIN_METRICS, {
+        "steps": run.progress.step, "epochs": run.progress.step / work.steps_per_epoch,
+        "world_size": dist.world_size, "train_batch_size": work.ds_config.batch.size,
+        "precision": work.ds_config.precision, "wall_time_s": wall, "device": perf.device_name(run.device),
+        **{f"run_{k}": v for k, v in run_rates.items()}, "last_log": run.last_rates,
+        "peak_memory_gib": perf.peak_memory_gib(run.device), "features": work.feature_report, "evals": run.evals,
+        "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's
+        "deepspeed_config": work.ds_config.as_dict(), "config": dataclasses.asdict(inputs.cfg)})
+    report.log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)")
 
 
-def log(dist, msg):
-    if dist.is_main:
-        print(msg, flush=True)
-
-
-class ProgressDisplay:
-    """A rich bar where a person watches a single process; plain log lines (rank 0's) everywhere else."""
-
-    def __init__(self, run, dist, show_bar):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.dist, self.enabled = dist, show_bar and dist.is_main
-        self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[info]}"), disable=not self.enabled)
-        self.task = self.bar.add_task("train", total=run.total_steps, completed=run.progress.step, info="")
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)
-
-    def log(self, line):
-        if self.enabled:
-            self.bar.console.print(line)
-        else:
-            log(self.dist, line)
-
-    def advance(self, step, rates):
-        info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
-        self.bar.update(self.task, completed=step, info=info)
-
-
-def describe_features(examples, report, windows, seconds):
-    return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
-            f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
-            f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
-            f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
-            f"{examples.skip_summary()} [{seconds:.1f}s]")
-
-
-def format_rates(step, total, lr, rates, device):
-    mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
-    return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
-            f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
-            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
-
-
-def monitor_events(rates, samples):
-    """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
-    samples seen, as DeepSpeed's own series are."""
-    return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
-            (("train_loss", "loss"), ("samples_per_second", "samples_per_second"),
-             ("tokens_per_second", "tokens_per_second"))]
-
-
-def param_groups(module, weight_decay):
-    """No weight decay on biases and LayerNorm weights, as BERT was trained."""
-    decay, no_decay = [], []
-    for p in module.parameters():
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def weights_checksum(state):
-    """A digest of this rank's weights: data-parallel ranks that agree end with equal digests (under
-    ZeRO-3 only rank 0 holds whole weights, so there is one digest)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for _, p in sorted(state.items()):
-        h.update(p.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()
-
-
-def load_examples(data):
-    """(train, dev) examples from local files or the cached hub dataset; dev is None with --no-eval."""
-    if data.train_file:
-        train = data_lib.read_squad(data.train_file, strict=data.strict)
-        dev = data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file else None
-    else:
-        train = data_lib.load_hub_split(data.dataset, "train", data.cache_dir)
-        dev = (data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file
-               else data_lib.load_hub_split(data.dataset, "validation", data.cache_dir))
-    return train, (None if data.no_eval else dev)
-
-
-def check_output_dir(path):
-    """Fail before training, not after hours of it, when the output dir cannot be written."""
-    probe = Path(path) / f".write-test-{os.getpid()}"
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
-
-
-def download_only(data):
-    """Login-node step: model, tokenizer and dataset into the cache; one clear line when offline."""
-    import huggingface_hub
-
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
-    try:
-        huggingface_hub.model_info(data.model, timeout=10)
-    except Exception as err:  # any failure here means: no usable hub from this machine
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
-                        f"--download-only needs internet (a login node), compute nodes then run offline") from None
-    print(f"model -> {model_lib.download(data.model, data.cache_dir)}")
-    if not data.train_file:
-        print(f"dataset -> {data_lib.download_dataset(data.dataset, data.cache_dir)}")
+def print_config(cfg):
+    """`bert-squad config`: the run's resolved configuration and the DeepSpeed config it would hand the engine
+    in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
+    says goes to stderr); nothing is trained."""
+    with contextlib.redirect_stdout(sys.stderr):
+        inputs = check(cfg)
+        work = plan(inputs)
+    print(json.dumps({"run": dataclasses.asdict(cfg), "world_size": inputs.dist.world_size,
+                      "train_features": len(work.features), "steps_per_epoch": work.steps_per_epoch,
+                      "total_steps": work.total_steps, "deepspeed_config": work.ds_config.as_dict()}, indent=2))
     return 0
 
 
-def quiet_libraries(debug):
-    """DeepSpeed logs every step at INFO; batch logs should show our lines and real warnings."""
-    import warnings
-
-    import datasets
-    import transformers
-    from deepspeed.utils import logger as ds_logger
-
-    ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
-    # DeepSpeed's warmup schedulers ask themselves for a rate while being built and warn about it, every run.
-    ds_logger.addFilter(lambda record: "scheduler before it has started" not in record.getMessage())
-    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
-    datasets.utils.logging.set_verbosity_warning()
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_warning()
+TRAIN = Command(parse=config.parse_run_config, run=main, deepspeed=True)
+PRINT_CONFIG = Command(parse=config.parse_run_config, run=print_config, deepspeed=True)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from bert_squad.answer import Answerer
-from bert_squad.config import AnswerConfig, WindowConfig
+from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import read_squad
 from conftest import PYTHON, ROOT
 
@@ -75,7 +75,7 @@ def jsonl(tmp_path, records):
 
 @pytest.mark.parametrize("threshold, expect_null", [(-1e9, True), (1e9, False)])
 def test_null_threshold_decides_between_no_answer_and_a_span(tiny_model, sample_dev, threshold, expect_null):
-    qa = Answerer.from_pretrained(tiny_model, windows=WINDOWS, answers=AnswerConfig(null_score_diff_threshold=threshold),
+    qa = Answerer.from_pretrained(tiny_model, windows=WINDOWS, postprocess=PostprocessConfig(null_score_diff_threshold=threshold),
                                   null_answer=True)
     records = read_squad(sample_dev).records[:6]
     for answers in qa.answer_batch([(r["question"], r["context"]) for r in records], top_k=50):

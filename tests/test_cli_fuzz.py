@@ -1,12 +1,12 @@
 """Command-line fuzz: random options, values and small files over every command end in exit 0, 2 or 75,
 never a traceback, and never leave a half-written output dir.
 
-Options come from each command's own argparse parser (the first one its `main` builds), so a new subcommand
-in cli.SUBCOMMANDS or a new option is fuzzed without touching this file. In-process runs of the training
+Options come from each command's own argparse parser (the first one it builds), so a new command in
+cli.COMMANDS or a new option is fuzzed without touching this file. In-process runs of the training
 entry stop where the process group would start (everything before it is the input checking under test;
 training itself is slow): `ReachedTraining` counts as accepted input. A few subprocess runs train and
-evaluate for real, one step. Never drawn: --submit (this machine has a real Slurm), --download-only (the
-network), --debug (prints tracebacks on purpose).
+evaluate for real, one step. Never drawn: --submit (this machine has a real Slurm), `download` and
+--download-only (the network), --debug (prints tracebacks on purpose).
 """
 
 import argparse
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_squad import cli, distributed, viewer
+from bert_squad import cli, distributed
 from conftest import PYTHON, ROOT
 
 NEVER = {"--submit", "--download-only", "--debug", "--help", "-h"}
@@ -53,13 +53,7 @@ def parser_of(action, argv):
     raise AssertionError(f"{action} parsed no arguments")
 
 
-def _main_of(name):
-    import importlib
-
-    return importlib.import_module(cli.SUBCOMMANDS[name]).main
-
-
-COMMANDS = [*cli.SUBCOMMANDS, "train", "bert-squad-test"]
+COMMANDS = [*(name for name in cli.COMMANDS if name != "download"), "bert-squad-test"]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +89,9 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         "summarize": [str(d / "sweep")],
         "bert-squad-test": ["--model-file", str(tiny_model), "--eval-file", str(d / "small.json"),
                             "--num-test-samples", "2", "--json"],
+        "sweep run": [str(d / "sweep"), "--index", "0"],
     }
+    base["config"], base["test"] = base["train"], base["bert-squad-test"]
     return paths, base
 
 
@@ -103,8 +99,8 @@ def entry(name):
     if name == "train":
         return lambda argv: cli.main(argv)
     if name == "bert-squad-test":
-        return viewer.main
-    return lambda argv: cli.main([name, *argv])
+        return cli.bert_squad_test
+    return lambda argv: cli.main([*name.split(), *argv])
 
 
 def argv_strategy(parser, paths):

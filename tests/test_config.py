@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
-from bert_squad.dsconfig import fill_schedule
 from bert_squad.dsconfig import load as load_ds_config
-from bert_squad.dsconfig import resolve as resolve_ds_config
+from bert_squad.dsconfig import settings
 from bert_squad.errors import UserError
 
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
@@ -20,8 +19,8 @@ def test_all_five_configs_ship():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_configs_are_valid_deepspeed_configs(path):
-    cfg = resolve_ds_config(load_ds_config(path), path, world_size=2, has_gpu=True)
-    fill_schedule(cfg, total_steps=100, warmup_ratio=0.1)
+    cfg = settings(load_ds_config(path), path, world_size=2, has_gpu=True).finish(total_steps=100, warmup_ratio=0.1)
+    cfg = cfg.as_dict()
     assert cfg["optimizer"]["type"] == "AdamW"
     params = cfg["scheduler"]["params"]
     assert params["total_num_steps"] == 100 and params["warmup_num_steps"] == 10
@@ -32,23 +31,21 @@ def test_shipped_configs_are_valid_deepspeed_configs(path):
 def test_batch_arithmetic_mismatch_names_the_keys(tmp_path):
     cfg = {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1}
     with pytest.raises(UserError, match="train_batch_size 48 != train_micro_batch_size_per_gpu 16"):
-        resolve_ds_config(cfg, "x.json", world_size=2, has_gpu=False)
-    assert resolve_ds_config(cfg, "x.json", world_size=3, has_gpu=False)["train_batch_size"] == 48
+        settings(cfg, "x.json", world_size=2, has_gpu=False)
+    assert settings(cfg, "x.json", world_size=3, has_gpu=False).batch.size == 48
 
 
 def test_global_batch_only_must_divide():
     with pytest.raises(UserError, match="not divisible"):
-        resolve_ds_config({"train_batch_size": 30, "gradient_accumulation_steps": 4}, "x.json",
-                          world_size=2, has_gpu=False)
-    cfg = resolve_ds_config({"train_batch_size": 32, "gradient_accumulation_steps": 4}, "x.json",
-                            world_size=2, has_gpu=False)
-    assert cfg["train_micro_batch_size_per_gpu"] == 4
+        settings({"train_batch_size": 30, "gradient_accumulation_steps": 4}, "x.json", world_size=2, has_gpu=False)
+    cfg = settings({"train_batch_size": 32, "gradient_accumulation_steps": 4}, "x.json", world_size=2, has_gpu=False)
+    assert cfg.batch.micro == 4
 
 
 def test_fp16_without_gpu_is_refused():
     cfg = load_ds_config(CONFIG_DIR / "ds_fp16.json")
     with pytest.raises(UserError, match="fp16.enabled needs a GPU"):
-        resolve_ds_config(cfg, "ds_fp16.json", world_size=1, has_gpu=False)
+        settings(cfg, "ds_fp16.json", world_size=1, has_gpu=False)
 
 
 @pytest.mark.parametrize("cfg, message", [
@@ -59,7 +56,7 @@ def test_fp16_without_gpu_is_refused():
 ])
 def test_impossible_values(cfg, message):
     with pytest.raises(UserError, match=message):
-        resolve_ds_config(cfg, "x.json", world_size=1, has_gpu=True)
+        settings(cfg, "x.json", world_size=1, has_gpu=True)
 
 
 def test_unknown_key_and_malformed_file(tmp_path):
@@ -82,7 +79,7 @@ def test_deepspeed_judges_the_keys(tmp_path):
              "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
     p = tmp_path / "c.json"
     p.write_text(json.dumps(valid))
-    resolve_ds_config(load_ds_config(p), p, world_size=2, has_gpu=False)
+    settings(load_ds_config(p), p, world_size=2, has_gpu=False)
     for section, message in ((("zero_optimization", {"stage": 3, "stage3_prefetch_bucket_sise": 1}),
                               "zero_optimization.stage3_prefetch_bucket_sise: unknown key"),
                              (("csv_monitor", {"enabled": True, "jobname": "x"}), "csv_monitor.jobname: unknown key"),
@@ -91,15 +88,27 @@ def test_deepspeed_judges_the_keys(tmp_path):
                              (("optimizer", "AdamW"), "'optimizer' and its 'params' must be JSON objects"),
                              (("elasticity", {}), "DeepSpeed refuses it: Elastic training has been removed")):
         with pytest.raises(UserError, match=f"^{p}: {message}") as err:
-            resolve_ds_config(dict(valid, **dict([section])), p, world_size=1, has_gpu=False)
+            settings(dict(valid, **dict([section])), p, world_size=1, has_gpu=False)
         assert "\n" not in str(err.value)
 
 
-def test_monitors_write_into_the_output_dir_unless_named(tmp_path):
-    from bert_squad.dsconfig import place_monitors
+def finished(cfg, **kwargs):
+    return settings(cfg, "c.json", world_size=1, has_gpu=False, **kwargs).finish(10, 0.1).as_dict()
 
-    cfg = {"csv_monitor": {"enabled": True}, "tensorboard": {"enabled": False}}
-    place_monitors(cfg, "c.json", tmp_path)
+
+def test_monitors_write_into_the_output_dir_unless_named(tmp_path):
+    base = {"train_micro_batch_size_per_gpu": 1}
+    cfg = finished(dict(base, csv_monitor={"enabled": True}, tensorboard={"enabled": False}), output_dir=tmp_path)
     assert cfg["csv_monitor"]["output_path"] == str(tmp_path / "monitor") and "output_path" not in cfg["tensorboard"]
-    named = {"csv_monitor": {"enabled": True, "output_path": "/elsewhere"}}
-    assert place_monitors(named, "c.json", tmp_path)["csv_monitor"]["output_path"] == "/elsewhere"
+    named = dict(base, csv_monitor={"enabled": True, "output_path": "/elsewhere"})
+    assert finished(named, output_dir=tmp_path)["csv_monitor"]["output_path"] == "/elsewhere"
+
+
+def test_the_finished_config_cannot_be_edited():
+    """What the engine gets is a finished value: a caller's copy changes nothing in it."""
+    done = settings({"train_micro_batch_size_per_gpu": 4}, "c.json", world_size=2, has_gpu=False).finish(10, 0.1)
+    copy = done.as_dict()
+    copy["train_micro_batch_size_per_gpu"] = 99
+    assert done.as_dict()["train_micro_batch_size_per_gpu"] == 4 and done.batch.size == 8
+    with pytest.raises(AttributeError):
+        done.text = "{}"

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bert_squad import cli, viewer
+from bert_squad import cli
 
 
 def _remove(model_dir, *patterns):
@@ -39,7 +39,7 @@ COMMANDS = {
                                       "--cache-dir", str(t.cache), "--max-steps", "1"]),
     "evaluate": lambda d, t: (cli.main, ["evaluate", "--model-dir", str(d), "--eval-file", str(t.dev),
                                          "--output-dir", str(t.out), "--cache-dir", str(t.cache)]),
-    "bert-squad-test": lambda d, t: (viewer.main, ["--model-file", str(d), "--eval-file", str(t.dev),
+    "bert-squad-test": lambda d, t: (cli.bert_squad_test, ["--model-file", str(d), "--eval-file", str(t.dev),
                                                    "--num-test-samples", "1"]),
     "answer": lambda d, t: (cli.main, ["answer", "--model-dir", str(d), "--question", "Who?",
                                        "--context", "Ada wrote it."]),

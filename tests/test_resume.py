@@ -10,7 +10,8 @@ import pytest
 from conftest import MPIRUN, PYTHON, ROOT, require_mpirun, run_bert_squad
 from safetensors.torch import load_file
 
-from bert_squad.checkpoint import MARKER, adapt, checkpoint_root, complete_tags, find
+from bert_squad import dsconfig
+from bert_squad.checkpoint import MARKER, checkpoint_root, complete_tags, find
 from bert_squad.errors import UserError
 from bert_squad.preemption import EXIT_STOPPED
 
@@ -94,7 +95,7 @@ def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample
     assert (root / "latest").read_text().strip() == "step00000016"
     # A save that died half-way (no marker, newer step) is never picked.
     (root / "step00000020").mkdir()
-    assert find("auto", out) == root / "step00000016"
+    assert find("auto", out).path == root / "step00000016"
     with pytest.raises(Exception, match="not a complete checkpoint"):
         find(str(root / "step00000020"), out)
     # An explicit path resumes too; at the end already, it trains no further steps.
@@ -160,7 +161,8 @@ def test_resume_on_fewer_ranks_keeps_the_global_batch(tiny_model, sample_train, 
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (1, 32, 12)
     assert metrics["deepspeed_config"]["gradient_accumulation_steps"] == 2
     with pytest.raises(UserError, match="written by 1 ranks with a global batch of 32, which 3 ranks"):
-        adapt(metrics["deepspeed_config"], checkpoint_root(out) / "step00000012", world_size=3)
+        last = find(str(checkpoint_root(out) / "step00000012"), out)
+        dsconfig.resumed_batch(dsconfig.Batch(micro=16, accumulation=1, world_size=3), last.layout, last.path)
 
 
 def test_resume_of_a_zero_checkpoint_on_another_world_size_is_refused(tiny_model, sample_train, tmp_path):

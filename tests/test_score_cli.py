@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from bert_squad.errors import UserError
-from bert_squad.score import main
+from bert_squad import score
 from conftest import PYTHON, ROOT, run_official, sample_path, shared_squad
 from test_metrics import random_predictions
 
@@ -64,8 +64,8 @@ def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
     preds, _ = random_predictions(json.loads(eval_file.read_text()), seed=4)
     missing = preds.popitem()[0]
     pred_file = write(tmp_path / "pred.json", preds)
-    assert main(["--eval-file", str(eval_file), "--predictions", str(pred_file),
-                 "--out-file", str(tmp_path / "eval.json")]) == 0
+    assert score.run(score.parse(["--eval-file", str(eval_file), "--predictions", str(pred_file),
+                                  "--out-file", str(tmp_path / "eval.json")])) == 0
     out, err = capsys.readouterr()
     assert f"Unanswered question {missing} will receive score 0." in err
     assert json.loads(out.splitlines()[-1]) == json.loads((tmp_path / "eval.json").read_text())
@@ -105,7 +105,7 @@ def test_bad_input_names_the_file(tmp_path, eval_doc, preds, na, message):
     if na is not None:
         args += ["--na-probs", str(write(na_file, na))]
     with pytest.raises(UserError, match=message):
-        main(args)
+        score.run(score.parse(args))
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):

@@ -11,7 +11,6 @@ import pytest
 
 from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
-from bert_squad.config import training_parser as build_parser
 from bert_squad.errors import UserError
 from conftest import ROOT
 from test_launch import sbatch_lines
@@ -30,14 +29,14 @@ def test_seeds(text, seeds):
 
 def test_grid_maps_keys_to_training_flags():
     grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "epochs=2,3", "config=configs/ds_bf16.json",
-                             "max-seq-length=128"], build_parser())
+                             "max-seq-length=128"])
     assert [(k, f, v) for k, f, v in grid] == [
         ("learning_rate", "--learning-rate", ["3e-5", "5e-5"]), ("epochs", "--epochs", ["2", "3"]),
         ("config", "--deepspeed_config", ["configs/ds_bf16.json"]), ("max_seq_length", "--max-seq-length", ["128"])]
 
 
 def test_combinations_name_group_and_order():
-    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "deepspeed_config=configs/ds_bf16.json"], build_parser())
+    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "deepspeed_config=configs/ds_bf16.json"])
     combos = sweep.combinations(grid, [1, 2])
     assert [c["index"] for c in combos] == [0, 1, 2, 3]
     assert combos[1]["name"] == "learning_rate=3e-5_deepspeed_config=ds_bf16.json_seed=2"
@@ -63,14 +62,20 @@ def test_done_needs_final_metrics(tmp_path):
 TRAIN = ["--model", "m", "--train-file", "t.json", "--max-steps", "3"]
 
 
+def rank_command(script):
+    """What the job's ranks run before the training arguments."""
+    return re.search(r"^RANK_COMMAND=\((.*)\)$", script, re.M).group(1).split()
+
+
 def test_dry_run_renders_one_array_job(capsys, tmp_path):
     script = dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--", *TRAIN)
     opts = sbatch_lines(script)
     assert opts["array"] == "0-1" and opts["ntasks-per-node"] == "1" and opts["job-name"] == "bert-squad-sweep-seeds"
     assert opts["output"] == f"{tmp_path}/seeds/slurm-%A_%a.out"
-    # Every array task runs the sweep's own action; the model and data stay visible to the cache check.
+    # Every array task runs the sweep's own action; the cache check gets the training arguments themselves.
     line = re.findall(r"^  TRAIN_ARGS=\((.*)\)$", script, re.M)[-1]
-    assert line.split() == ["sweep", "run", f"{tmp_path}/seeds", "--", *TRAIN]
+    assert line.split() == TRAIN
+    assert rank_command(script) == ["sweep", "run", f"{tmp_path}/seeds", "--"]
     assert "MASTER_PORT=" not in script  # each rank derives it from its array task's own job id
     assert not (tmp_path / "seeds").exists()  # a dry run writes nothing
 
@@ -83,8 +88,8 @@ def test_grid_gpus_and_parallel_render(capsys, tmp_path):
     assert opts["array"] == "0-5%4" and opts["ntasks-per-node"] == "2" and opts["gpus-per-node"] == "2"
     assert opts["time"] == "2:00:00" and "requeue" in opts
     # No training arguments: the site's defaults, less its own --output-dir/--resume.
-    assert "sweep run " + str(tmp_path / "lr") + " -- --deepspeed_config configs/ds_bf16.json --epochs 2 " \
-           "--checkpoint-every 500)" in script
+    assert rank_command(script) == ["sweep", "run", str(tmp_path / "lr"), "--"]
+    assert "TRAIN_ARGS=(--deepspeed_config configs/ds_bf16.json --epochs 2 --checkpoint-every 500)" in script
 
 
 def test_rendered_array_script_passes_shellcheck(capsys, tmp_path):
@@ -127,7 +132,7 @@ def test_another_sweep_under_the_same_name_is_refused(capsys, tmp_path):
 
 def fake_sweep(tmp_path):
     """Three seeds of one group and one of another: finished, failed, stopped and never started runs."""
-    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5"], build_parser())
+    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5"])
     combos = sweep.combinations(grid, [1, 2, 3])
     tmp_path.mkdir(exist_ok=True)
     train_args = sweep.common_args(launch.load_sites()["generic"], [])  # what a sweep without `--` records
@@ -186,9 +191,9 @@ def test_run_needs_a_combination(tmp_path, monkeypatch):
     fake_sweep(tmp_path)
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
     with pytest.raises(UserError, match="array task"):
-        sweep.main(["run", str(tmp_path)])
+        sweep.run_task(sweep.parse_task([str(tmp_path)]))
     with pytest.raises(UserError, match="has 6"):
-        sweep.main(["run", str(tmp_path), "--index", "6"])
+        sweep.run_task(sweep.parse_task([str(tmp_path), "--index", "6"]))
 
 
 @pytest.mark.slurm

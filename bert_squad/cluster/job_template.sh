@@ -38,6 +38,8 @@ if [ "$#" -gt 0 ]; then
 else
   TRAIN_ARGS=({{train_args}})
 fi
+# What the ranks run before the training arguments (empty: training itself).
+RANK_COMMAND=({{rank_command}})
 
 read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 # Bind the scratch, the checkout and the cache, each once (a path under another is already visible).
@@ -119,7 +121,7 @@ case "$LAUNCHER" in
     [ -z "$CPU_BIND" ] || LAUNCH+=("--cpu-bind=$CPU_BIND") ;;
   *) die "BERT_SQUAD_LAUNCHER=$LAUNCHER: use mpirun or srun" ;;
 esac
-CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${TRAIN_ARGS[@]}")
+CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMAND[@]}" "${TRAIN_ARGS[@]}")
 
 # Rendezvous: every rank derives MASTER_ADDR (first host of SLURM_JOB_NODELIST) and MASTER_PORT (from
 # the job id, so two jobs sharing a node don't collide) itself, in bert_squad.distributed.detect.

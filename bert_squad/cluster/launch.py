@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from bert_squad import config, dsconfig
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
+from bert_squad.runtime import Command
 
 HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
@@ -59,7 +61,7 @@ def add_job_options(p, sites):
 
 
 def build_parser(sites):
-    p = argparse.ArgumentParser(
+    p = config.ArgumentParser(
         prog="bert-squad launch",
         description="Render a Slurm job script for a site and print it (--dry-run, the default) or submit it "
                     "(--submit). Training arguments after `--` become the script's defaults; arguments given "
@@ -123,8 +125,9 @@ def shell_word(text):
     return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
 
 
-def render(spec, train_args, command, extra_sbatch=None):
-    """The job script for `spec`; `command` is the command line shown in its header."""
+def render(spec, train_args, command, extra_sbatch=None, rank_command=()):
+    """The job script for `spec`; `command` is the command line shown in its header. The ranks run
+    `python -m bert_squad <rank_command> <training arguments>` (a sweep's task: `sweep run DIR --`)."""
     site = load_sites()[spec.site]
     gpus = check(spec, site)
     # The site's CPU masks map local rank i to the cores next to GCD i: only true on a whole node.
@@ -145,6 +148,7 @@ def render(spec, train_args, command, extra_sbatch=None):
         "cpu_bind": shell_word(cpu_bind),
         "train_args": " ".join(shlex.quote(a) for a in train_args) if train_args
         else " ".join(shell_word(a) for a in site["train_args"]),
+        "rank_command": " ".join(shlex.quote(a) for a in rank_command),
     }
 
     def fill(match):
@@ -153,17 +157,24 @@ def render(spec, train_args, command, extra_sbatch=None):
     return re.sub(r"\{\{(\w+)\}\}", fill, TEMPLATE_FILE.read_text())
 
 
+def training_args(words):
+    """The job's training arguments, parsed as the job will parse them (a $WORD, which the job's shell
+    expands, reads as 0); their errors are named as theirs."""
+    try:
+        return config.training_parser().parse_known_args(["0" if "$" in w else w for w in words])[0]
+    except UserError as err:
+        raise UserError(f"training arguments: {err}") from None
+
+
 def check_job_inputs(train_args):
     """What the job takes from the submit side, checked now rather than in every task hours later: it runs
     `python -m bert_squad` in the checkout it was submitted from (or $BERT_SQUAD_REPO), and relative paths
     in its training arguments (a DeepSpeed config, train and eval files) resolve there."""
-    from bert_squad import dsconfig
-
     repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
     if not (repo / "bert_squad" / "__init__.py").is_file():
         raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
                         f"the repository root or set BERT_SQUAD_REPO to it")
-    args, _ = training_parser().parse_known_args(["0" if "$" in a else a for a in train_args])  # $WORDS: the job's shell's
+    args = training_args(train_args)
     for value in (args.deepspeed_config, args.train_file, args.eval_file):
         if not value or (repo / value).is_file():
             continue
@@ -171,18 +182,6 @@ def check_job_inputs(train_args):
                 Path(value).stem in dsconfig.shipped_names()):
             continue
         raise UserError(f"{value}: no such file in {repo}, where the job resolves it")
-
-
-def training_parser():
-    """The training parser, whose complaints are one-line UserErrors about the job's training arguments."""
-    from bert_squad import config
-
-    def fail(message):
-        raise UserError(f"training arguments: {message}")
-
-    parser = config.training_parser()
-    parser.error = fail
-    return parser
 
 
 def submit(script):
@@ -221,10 +220,13 @@ def job_spec(args, nodes=None):
                    time=args.time, account=args.account, partition=args.partition, requeue=args.requeue)
 
 
-def main(argv):
-    sites = load_sites()
+def parse(argv):
     own, train_args = split_argv(list(argv))
-    args = build_parser(sites).parse_args(own)
+    return own, build_parser(load_sites()).parse_args(own), train_args
+
+
+def run(parsed):
+    own, args, train_args = parsed
     script = render(job_spec(args), train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
         check_job_inputs(train_args or load_sites()[args.site]["train_args"])
@@ -232,3 +234,6 @@ def main(argv):
         return 0
     sys.stdout.write(script)
     return 0
+
+
+LAUNCH = Command(parse=parse, run=run)

@@ -12,9 +12,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from bert_squad import outputs
+from rich.console import Console
+from rich.table import Table
+
+from bert_squad import config, outputs
 from bert_squad.errors import UserError
 from bert_squad.files import read_json, write_text_atomic
+from bert_squad.runtime import Command
 
 MANIFEST = "sweep.json"
 EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
@@ -101,7 +105,7 @@ def to_markdown(rows, problems):
 
 
 def plot(rows, path):
-    import matplotlib
+    import matplotlib  # heavy and optional: only for the plot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -121,11 +125,14 @@ def plot(rows, path):
     tmp.replace(path)
 
 
-def main(argv):
-    p = argparse.ArgumentParser(prog="bert-squad summarize", description=__doc__.splitlines()[0])
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad summarize", description=__doc__.splitlines()[0])
     p.add_argument("sweep_dir")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def run(args):
     sweep_dir = Path(args.sweep_dir)
     manifest, rows, problems = collect(sweep_dir)
     write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
@@ -137,9 +144,6 @@ def main(argv):
     except ImportError:
         print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)",
               file=sys.stderr)
-
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
     for col in ("combination", "seeds", "done", "EM mean ± std", "EM min–max", "F1 mean ± std", "F1 min–max",
@@ -160,3 +164,6 @@ def main(argv):
         console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
     console.print(f"wrote {', '.join(map(str, written))}")
     return 0
+
+
+SUMMARIZE = Command(parse=parse, run=run)

@@ -1,13 +1,12 @@
 """`bert-squad sweep`: seeds x hyperparameter grid as one Slurm job array, one run directory each.
 
 `sweep.json` in the sweep directory is the manifest: array task i trains combination i (through
-`bert-squad sweep run`, inside the job) into `<sweep dir>/<name>/` with `--seed` and `--resume auto`,
+`bert-squad sweep run`, inside the job: `run_task`) into `<sweep dir>/<name>/` with `--seed` and `--resume auto`,
 then writes `exit_code` there. Submitting again leaves out the runs that have final metrics, and the
 others resume from their checkpoints; it is refused while the last submitted array still has tasks in
 the queue. `bert-squad summarize` reads the same manifest.
 """
 
-import argparse
 import itertools
 import os
 import re
@@ -18,15 +17,13 @@ from pathlib import Path
 from bert_squad import config, outputs
 from bert_squad.cluster import launch
 from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, exit_code
 from bert_squad.files import write_json_atomic, write_text_atomic
+from bert_squad.runtime import Command
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
-# The sweep sets these per run; the model and data stay common, so every run shares one feature cache
-# (and the job's fail-fast cache check sees them).
-OWN_FLAGS = ("--seed", "--output-dir", "--resume")
-FIXED_KEYS = ("model", "dataset", "train_file", "eval_file", "cache_dir", "download_only", "seed",
-              "output_dir", "resume", "local_rank")
+# The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
+OWN_FLAGS = tuple(o.flag for o in config.training_options().values() if o.sweep == "per-run")
 
 
 def parse_seeds(text):
@@ -52,35 +49,34 @@ def grid_flag(key):
     return "--" + key.replace("_", "-")
 
 
-def parse_grid(items, parser):
-    """['learning_rate=3e-5,5e-5', ...] -> [(key, flag, [values])], checked against the training parser."""
-    actions = {opt: a for a in parser._actions for opt in a.option_strings}
+def parse_grid(items):
+    """['learning_rate=3e-5,5e-5', ...] -> [(key, flag, [values])], checked against the training options."""
+    options = config.training_options()
     grid = []
     for item in items:
         key, sep, values = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key or not values:
             raise UserError(f"--grid {item!r}: use key=value1,value2 (e.g. learning_rate=3e-5,5e-5)")
-        flag = grid_flag(key)
-        action = actions.get(flag)
-        if action is None or action.nargs == 0 or action.dest == "help":
+        option = options.get(grid_flag(key))
+        if option is None or option.type is bool:
             raise UserError(f"--grid {item!r}: {key} is not a training option that takes a value "
                             f"(see python -m bert_squad --help)")
-        if action.dest in FIXED_KEYS:
+        if option.sweep != "grid":
             raise UserError(f"--grid {item!r}: {key} is the same for every run of a sweep (give it after --)")
         if any(k == key for k, _, _ in grid):
             raise UserError(f"--grid: {key} is given twice")
         values = [v.strip() for v in values.split(",")]
         for v in values:
             try:
-                value = action.type(v) if action.type else v
+                option.type(v)
             except (TypeError, ValueError):
-                raise UserError(f"--grid {item!r}: {v!r} is not a valid {flag} value") from None
-            if v == "" or (action.choices is not None and value not in action.choices):
-                raise UserError(f"--grid {item!r}: {v!r} is not a valid {flag} value")
+                raise UserError(f"--grid {item!r}: {v!r} is not a valid {option.flag} value") from None
+            if v == "":
+                raise UserError(f"--grid {item!r}: {v!r} is not a valid {option.flag} value")
         if len(set(values)) != len(values):
             raise UserError(f"--grid {item!r}: a value is listed twice")
-        grid.append((key, flag, values))
+        grid.append((key, option.flag, values))
     return grid
 
 
@@ -132,11 +128,14 @@ def common_args(site, train_args):
 
 def check_training_args(argv):
     """Typos and bad values in the training arguments fail here, not in every array task."""
-    config.parse_run_config(argv, launch.training_parser())
+    try:
+        config.parse_run_config(argv)
+    except UserError as err:
+        raise UserError(f"training arguments: {err}") from None
 
 
 def build_parser(sites):
-    p = argparse.ArgumentParser(
+    p = config.ArgumentParser(
         prog="bert-squad sweep",
         description="Seeds x hyperparameter grid as one Slurm job array: task i trains combination i into "
                     "<runs-dir>/<name>/<combination>/. Training arguments after `--` are common to all runs. "
@@ -160,7 +159,7 @@ def plan(own, user_args):
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
     seeds = parse_seeds(args.seeds)
-    grid = parse_grid(args.grid, config.training_parser())
+    grid = parse_grid(args.grid)
     combos = combinations(grid, seeds)
     train_args = common_args(sites[args.site], user_args)
     check_training_args([*train_args, *combos[0]["args"]])
@@ -172,11 +171,14 @@ def plan(own, user_args):
     return args, manifest, sweep_dir
 
 
-def main(argv):
-    if argv[:1] == ["run"]:
-        return run(argv[1:])
+def parse(argv):
     own, user_args = launch.split_argv(list(argv))
-    args, manifest, sweep_dir = plan(own, user_args)
+    return (own, user_args, *plan(own, user_args))
+
+
+def submit(parsed):
+    """Write the manifest and submit the array of the runs not finished yet (or print its script)."""
+    own, user_args, args, manifest, sweep_dir = parsed
     old = sweep_dir / MANIFEST
     if old.exists():
         previous = load_manifest(sweep_dir)
@@ -193,9 +195,9 @@ def main(argv):
         return 0
     extra = {"job-name": f"bert-squad-sweep-{manifest['name']}", "array": array_spec(todo, args.max_parallel),
              "output": f"{sweep_dir}/slurm-%A_%a.out"}
-    script = launch.render(launch.job_spec(args, nodes=1), ["sweep", "run", str(sweep_dir), "--",
-                                                            *manifest["train_args"]],
-                           launch.shown_command("bert-squad sweep", own, user_args), extra)
+    script = launch.render(launch.job_spec(args, nodes=1), manifest["train_args"],
+                           launch.shown_command("bert-squad sweep", own, user_args), extra,
+                           rank_command=["sweep", "run", str(sweep_dir), "--"])
     if not args.submit:
         sys.stdout.write(script)
         return 0
@@ -217,14 +219,21 @@ def main(argv):
     return 0
 
 
-def run(argv):
-    """Inside the array task, on every rank: train this task's combination, then record how it ended."""
-    p = argparse.ArgumentParser(prog="bert-squad sweep run",
-                                description="Train one combination of a sweep (what each array task runs).")
+def parse_task(argv):
+    p = config.ArgumentParser(prog="bert-squad sweep run",
+                              description="Train one combination of a sweep (what each array task runs).")
     p.add_argument("sweep_dir")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
+    p.add_argument("--debug", action="store_true", help="tracebacks")
     own, train_args = launch.split_argv(list(argv))
-    args = p.parse_args(own)
+    return p.parse_args(own), train_args
+
+
+def run_task(parsed):
+    """Inside the array task, on every rank: train this task's combination, then record how it ended."""
+    from bert_squad import distributed, train  # heavy (torch): only inside an array task, not to submit
+
+    args, train_args = parsed
     manifest = load_manifest(args.sweep_dir)
     index = args.index if args.index is not None else os.environ.get("SLURM_ARRAY_TASK_ID")
     if index is None:
@@ -234,18 +243,20 @@ def run(argv):
         raise UserError(f"combination {index}: the sweep has {len(combos)} (0-{len(combos) - 1})")
     combo = combos[int(index)]
     run_dir = Path(args.sweep_dir) / combo["name"]
-    from bert_squad import cli, distributed, train
-
     rank0 = distributed.detect().rank == 0
     code_file = run_dir / EXIT_CODE_FILE
     if rank0:
         run_dir.mkdir(parents=True, exist_ok=True)
         code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
-    code = 1  # what a crash (an exception past cli.run) leaves behind
+    argv = [*train_args, *combo["args"], "--seed", str(combo["seed"]), "--output-dir", str(run_dir), "--resume", "auto"]
+    code = 1  # what a crash (an exception past exit_code) leaves behind
     try:
-        code = cli.run(train.main, [*train_args, *combo["args"], "--seed", str(combo["seed"]),
-                                    "--output-dir", str(run_dir), "--resume", "auto"])
+        code = exit_code(lambda: train.main(config.parse_run_config(argv)), "bert-squad", args.debug)
     finally:
         if rank0:
             write_text_atomic(code_file, f"{code}\n")
     return code
+
+
+SUBMIT = Command(parse=parse, run=submit)
+RUN_TASK = Command(parse=parse_task, run=run_task, deepspeed=True)

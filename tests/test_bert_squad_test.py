@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bert_squad import metrics
-from bert_squad.viewer import predicted_offsets
+from bert_squad.bert_squad_test import predicted_offsets
 from conftest import PYTHON, ROOT
 
 SCRIPT = Path(PYTHON).parent / "bert-squad-test"
@@ -18,7 +18,7 @@ SCRIPT = Path(PYTHON).parent / "bert-squad-test"
 def run_show(*args):
     """The installed console script (or the same entry point where the venv has none)."""
     cmd = [str(SCRIPT)] if SCRIPT.exists() else [
-        PYTHON, "-c", "from bert_squad.viewer import main; raise SystemExit(main())"]
+        PYTHON, "-c", "from bert_squad.cli import bert_squad_test; raise SystemExit(bert_squad_test())"]
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=dict(os.environ, COLUMNS="300"))  # rich wraps at 80 columns otherwise
 

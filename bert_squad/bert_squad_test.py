@@ -4,18 +4,24 @@ Takes questions N..N+K-1 in file order, shows each paragraph with the predicted 
 to the reference answers and that question's EM/F1, then a summary table. Runs on CPU.
 """
 
-import argparse
 import json
-import sys
 
-from bert_squad import cache
-from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from bert_squad import cache, config
+from bert_squad.answer import Answerer, highlighted
+from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
+from bert_squad.metrics import exact_match, f1
+from bert_squad.postprocess import predicted_entry
+from bert_squad.runtime import Command
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="bert-squad-test", description=__doc__.splitlines()[0])
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad-test", description=__doc__.splitlines()[0])
     p.add_argument("--model-file", required=True, help="directory of a trained model (bert-squad --output-dir)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--eval-file", help="SQuAD JSON file (v1.1 or v2.0)")
@@ -23,8 +29,8 @@ def parse_args(argv):
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--start-sample", type=int, default=0)
     p.add_argument("--num-test-samples", type=int, default=10)
-    add_options(p, WindowConfig)
-    add_options(p, AnswerConfig)
+    config.add_options(p, WindowConfig)
+    config.add_options(p, PostprocessConfig)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
@@ -35,21 +41,15 @@ def parse_args(argv):
 
 def predicted_offsets(prediction, nbest):
     """Where the predicted span is (None for "no answer"), to highlight it where it stands."""
-    from bert_squad.postprocess import predicted_entry
-
     entry = predicted_entry(prediction, nbest) if prediction else None
     return entry["offsets"] if entry else None
 
 
-def collect(argv):
+def collect(args):
     """The selected questions with predictions and scores, as plain records."""
-    from bert_squad.answer import Answerer
-    from bert_squad.metrics import exact_match, f1
-
-    args = parse_args(argv)
-    windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
+    windows, postprocess = config.from_args(WindowConfig, args), config.from_args(PostprocessConfig, args)
     cache_dir = args.cache_dir or cache.default_cache_dir()
-    qa = Answerer.from_pretrained(args.model_file, "cpu", windows, answers, cache_dir=cache_dir)
+    qa = Answerer.from_pretrained(args.model_file, "cpu", windows, postprocess, cache_dir=cache_dir)
     examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
     first, count = args.start_sample, args.num_test_samples
     if count <= 0 or first < 0 or first + count > len(examples):
@@ -65,28 +65,10 @@ def collect(argv):
                     "prediction": pred, "prediction_offsets": predicted_offsets(pred, nbest[r["id"]]),
                     "answers": r["answers"]["text"], "exact_match": 100.0 * exact_match(pred, refs),
                     "f1": 100.0 * f1(pred, refs)})
-    return args, out
-
-
-def highlighted(question, context, offsets):
-    """The question, then its paragraph with the characters `offsets` (start, end) marked."""
-    from rich.text import Text
-
-    body = Text()
-    body.append("Q: ", style="bold")
-    body.append(question + "\n\n")
-    para = Text(context)
-    if offsets:
-        para.stylize("bold black on yellow", *offsets)
-    body.append_text(para)
-    return body
+    return out
 
 
 def render(results):
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.table import Table
-
     console = Console()
     for r in results:
         body = highlighted(r["question"], r["context"], r["prediction_offsets"])
@@ -109,8 +91,8 @@ def render(results):
     console.print(table)
 
 
-def _main(argv):
-    args, results = collect(argv)
+def run(args):
+    results = collect(args)
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "context"} for r in results], ensure_ascii=False))
     else:
@@ -118,7 +100,4 @@ def _main(argv):
     return 0
 
 
-def main(argv=None):
-    from bert_squad.cli import run
-
-    return run(_main, list(sys.argv[1:] if argv is None else argv), prog="bert-squad-test")
+TEST = Command(parse=parse, run=run)

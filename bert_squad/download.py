@@ -1,0 +1,81 @@
+"""The login-node step and its compute-node counterpart, on a training run's own arguments.
+
+`bert-squad download` (or `python -m bert_squad --download-only ...`) fetches the run's model, tokenizer and
+dataset into the cache: the only command that uses the network. `bert-squad check-cache` runs in a job,
+before any rank starts, and says whether they are there. `cache` defines where.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+from bert_squad import cache, config
+from bert_squad.errors import UserError
+from bert_squad.files import ensure_writable_dir
+from bert_squad.runtime import Command
+
+# Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
+
+
+def download_model(name, cache_dir):
+    """Model and tokenizer files into the hub cache under `cache_dir`; their snapshot directory."""
+    from huggingface_hub import snapshot_download  # heavy: check-cache, in the same module, needs none of it
+
+    hub = str(cache.hub_dir(cache_dir))
+    path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS))
+    if not any(path.glob("*.safetensors")):  # an older repo with PyTorch pickles only
+        path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS + ["pytorch_model*.bin"]))
+    return path
+
+
+def download_dataset(name, cache_dir):
+    """A hub dataset saved where `cache.find_dataset` looks, replaced whole or not at all."""
+    import datasets  # heavy: only the login-node step needs it here
+
+    target = cache.dataset_dir(cache_dir, name)
+    ds = datasets.load_dataset(name, cache_dir=str(cache.datasets_download_dir(cache_dir)))
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    ds.save_to_disk(str(tmp))
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return target
+
+
+def download(cfg):
+    """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; one clear line
+    when the hub cannot be reached."""
+    import huggingface_hub  # heavy: check-cache, in the same module, needs none of it
+
+    data = cfg.data
+    ensure_writable_dir(data.cache_dir, "cache dir")
+    try:
+        huggingface_hub.model_info(data.model, timeout=10)
+    except Exception as err:  # any failure here means: no usable hub from this machine
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
+                        f"--download-only needs internet (a login node), compute nodes then run offline") from None
+    print(f"model -> {download_model(data.model, data.cache_dir)}")
+    if not data.train_file:
+        print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")
+    return 0
+
+
+def parse_check(argv):
+    if "--download-only" in argv:
+        raise UserError("--download-only needs internet: run it on a login node, not in a job")
+    return config.parse_run_config(argv)
+
+
+def check_cache(cfg):
+    """Are the run's model and dataset in the cache? The job script asks once, before it starts a container
+    per rank."""
+    print(f"model: {cache.find_model(cfg.data.model, cfg.data.cache_dir)}")
+    if not cfg.data.train_file:
+        print(f"dataset: {cache.find_dataset(cfg.data.dataset, cfg.data.cache_dir)}")
+    return 0
+
+
+DOWNLOAD = Command(parse=config.parse_run_config, run=download, offline=False)
+CHECK_CACHE = Command(parse=parse_check, run=check_cache)

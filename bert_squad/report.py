@@ -1,0 +1,100 @@
+"""What a training run shows: rank 0's log lines, and a progress bar where a person watches one process.
+
+Every line a run prints is worded here, so the training loop only says what happened.
+"""
+
+import json
+import os
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from bert_squad import distributed, perf
+
+
+def log(dist, msg):
+    """A line from rank 0 only: one log, not one copy per rank."""
+    if dist.is_main:
+        print(msg, flush=True)
+
+
+def rank_line(dist, device, backend):
+    """Every rank's first line: where it is and how it found its peers."""
+    return (f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} "
+            f"device {device} backend {backend} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}")
+
+
+def features_line(examples, report, windows, seconds):
+    return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
+            f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
+            f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
+            f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
+            f"{examples.skip_summary()} [{seconds:.1f}s]")
+
+
+def eval_features_line(examples, features):
+    return f"eval {examples.source}: {len(examples)} questions, {len(features)} features; {examples.skip_summary()}"
+
+
+def plan_line(total_steps, steps_per_epoch, ds_config, device_name):
+    b = ds_config.batch
+    return (f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
+            f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
+            f"device {device_name}")
+
+
+def resumed_lines(checkpoint, step, batch):
+    """What resuming did, and what differs from an uninterrupted run when the world size changed."""
+    lines = [f"resumed from {checkpoint.path} at step {step}"]
+    old_world = checkpoint.layout.world_size
+    if old_world not in (None, batch.world_size):
+        lines.append(f"note: the checkpoint was written by {old_world} ranks, this run has {batch.world_size}: "
+                     f"gradient accumulation {batch.accumulation} keeps its global batch of {batch.size}; from "
+                     f"here the batches and dropout differ from an uninterrupted run")
+    return lines
+
+
+def rates_line(step, total, lr, rates, device):
+    mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
+    return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
+            f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
+            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
+
+
+def eval_line(step, metrics):
+    return f"eval step {step}: {json.dumps(metrics)}"
+
+
+def monitor_events(rates, samples):
+    """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
+    samples seen, as DeepSpeed's own series are."""
+    return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
+            (("train_loss", "loss"), ("samples_per_second", "samples_per_second"),
+             ("tokens_per_second", "tokens_per_second"))]
+
+
+class ProgressDisplay:
+    """A rich bar where a person watches a single process; plain log lines (rank 0's) everywhere else."""
+
+    def __init__(self, dist, total_steps, done_steps, isatty):
+        # Under mpirun, PMI or srun a rank's stdout is a pty or pipe nobody watches: no bar there.
+        self.dist, self.enabled = dist, isatty and dist.is_main and not distributed.started_by_launcher()
+        self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("{task.fields[info]}"), disable=not self.enabled)
+        self.task = self.bar.add_task("train", total=total_steps, completed=done_steps, info="")
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def log(self, line):
+        if self.enabled:
+            self.bar.console.print(line)
+        else:
+            log(self.dist, line)
+
+    def advance(self, step, rates):
+        info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
+        self.bar.update(self.task, completed=step, info=info)

@@ -1,0 +1,84 @@
+"""Process-wide set-up, in one place: what running a bert-squad command changes about the whole process.
+
+The command-line entry (`cli`) calls `prepare` once per process, after the command's arguments parsed (so
+`--help` and argument errors cost nothing) and before the command imports the Hugging Face libraries or
+DeepSpeed, which read some of these settings at import. Library code changes nothing process-wide: a
+program that uses `bert_squad.answer.Answerer` keeps its own logging, warnings and network settings.
+Scoped changes stay with their scope: `distributed.process_group` exports the rank variables DeepSpeed
+reads while the group lives, `preemption.StopRequest` restores the signal handlers it replaced.
+"""
+
+import logging
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# Set for every command but `download`: compute nodes are offline, and the libraries must not try.
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+# DeepSpeed warnings every run printed that tell the user nothing.
+DEEPSPEED_NOISE = (
+    "scheduler before it has started",  # its warmup schedulers ask themselves for a rate while being built
+    "Setting accelerator to CPU",  # at import, on stdout (into job scripts rendered with --dry-run > file)
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its parser, what it does with what was parsed, and the process set-up it needs."""
+
+    parse: Callable[[list], Any]  # argv -> options (argparse exits here for --help)
+    run: Callable[[Any], int]  # options -> exit code
+    deepspeed: bool = False  # starts DeepSpeed (its process group or engine)
+    offline: bool = True  # the Hugging Face libraries never try the network
+
+
+def _not_noise(record):
+    return not any(text in record.getMessage() for text in DEEPSPEED_NOISE)
+
+
+def prepare(*, offline=True, deepspeed=False, debug=False):
+    """Set up this process for a command: network (none when `offline`), library verbosity and progress
+    bars, warning filters, and DeepSpeed's state when the command starts `deepspeed`."""
+    if offline:
+        os.environ.update(dict.fromkeys(OFFLINE_VARS, "1"))
+    else:  # a login node's hub that does not answer is one line after seconds, not a hang
+        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+    level = "info" if debug else "warning"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", level)
+    os.environ.setdefault("DATASETS_VERBOSITY", level)
+    # Batch logs are no terminals: no progress bars (transformers 5 draws one while loading weights).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    _quiet_loaded_libraries(level)
+    warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
+    logging.getLogger("DeepSpeed").addFilter(_not_noise)  # the logger DeepSpeed creates at import, filter kept
+    if deepspeed:
+        _prepare_deepspeed(debug)
+
+
+def _quiet_loaded_libraries(level):
+    """The same settings through the libraries' own calls where a program imported them before (they read
+    the environment only at import)."""
+    if "transformers" in sys.modules:
+        transformers = sys.modules["transformers"]
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity(getattr(logging, level.upper()))
+    if "datasets" in sys.modules:
+        datasets = sys.modules["datasets"]
+        datasets.disable_progress_bars()
+        datasets.utils.logging.set_verbosity(getattr(logging, level.upper()))
+
+
+def _prepare_deepspeed(debug):
+    import deepspeed  # heavy: only the commands that start DeepSpeed import it
+    from deepspeed.accelerator import get_accelerator
+
+    deepspeed.utils.logger.setLevel(logging.INFO if debug else logging.WARNING)
+    if get_accelerator().device_name() == "cpu":
+        # DeepSpeed JIT-builds a shared-memory all-reduce op when its process group starts that only its
+        # inference all-reduce uses. The build costs a minute on a fresh machine, and a build killed half-way
+        # leaves a lock file that makes every later run on the machine wait forever. Training needs none of it.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

@@ -1,0 +1,52 @@
+"""The official SQuAD JSON format (v1.1 and v2.0): its schema, its version, and flat records nested back.
+
+    {"version": "v2.0", "data": [{"title": str, "paragraphs": [{"context": str, "qas": [
+        {"id": str, "question": str, "answers": [{"text": str, "answer_start": int}],
+         "is_impossible": bool, "plausible_answers": [...]}]}]}]}
+
+`is_impossible` and `plausible_answers` are v2.0's; everything else is common to both versions.
+"""
+
+# field -> the JSON type it must have, where the format defines one (bool is not an int here).
+QUESTION_FIELDS = {"id": str, "question": str, "answers": list, "is_impossible": bool}
+ANSWER_FIELDS = {"text": str, "answer_start": int}
+
+
+def json_type_name(kind):
+    return {str: "a string", list: "a list", bool: "true or false", int: "an integer", dict: "an object"}[kind]
+
+
+def has_type(value, kind):
+    """JSON's types, not Python's: true is not the integer 1, and 1 is not true."""
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def is_squad_v2(doc):
+    """SQuAD v2.0 data: its `version` says so, or a question carries `is_impossible` (1.1 never does).
+
+    The one test of a file's version: reading, training's scoring and `bert-squad score` all ask it."""
+    if str(doc.get("version", "")).startswith("v2"):
+        return True
+    return any("is_impossible" in qa for article in doc.get("data", []) if isinstance(article, dict)
+               for para in article.get("paragraphs", []) if isinstance(para, dict)
+               for qa in para.get("qas", []) if isinstance(qa, dict))
+
+
+def to_articles(records, version_2):
+    """Nest flat records back into the official `data` list: what the official metrics read."""
+    articles, paragraphs = {}, {}
+    for r in records:
+        article = articles.setdefault(r["title"], {"title": r["title"], "paragraphs": []})
+        key = (r["title"], r["context"])
+        if key not in paragraphs:
+            paragraphs[key] = {"context": r["context"], "qas": []}
+            article["paragraphs"].append(paragraphs[key])
+        qa = {"id": r["id"], "question": r["question"],
+              "answers": [{"text": t, "answer_start": s}
+                          for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}
+        if version_2:  # the metrics pick the SQuAD version from the presence of this field
+            qa["is_impossible"] = r["is_impossible"]
+        paragraphs[key]["qas"].append(qa)
+    return list(articles.values())
