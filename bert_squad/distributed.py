@@ -8,6 +8,7 @@ wrong interface on many clusters).
 import contextlib
 import os
 import socket
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -41,10 +42,12 @@ def _first_host(nodelist):
 
 
 def job_port(job_id):
-    """The rendezvous port of a Slurm job, derived from its id so two jobs sharing a node do not collide.
+    """The rendezvous port of a job, derived from its id (Slurm's job id, or the PMIx namespace mpirun gives
+    all its ranks) so two jobs sharing a node do not collide.
 
     The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port."""
-    return 20000 + int(job_id) % 20000
+    key = int(job_id) if str(job_id).isdigit() else zlib.crc32(str(job_id).encode())
+    return 20000 + key % 20000
 
 
 # Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.
@@ -87,6 +90,8 @@ def detect(env=None):
         port = int(env["MASTER_PORT"])
     elif "SLURM_JOB_ID" in env:
         port = job_port(env["SLURM_JOB_ID"])
+    elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
+        port = job_port(env["PMIX_NAMESPACE"])
     else:
         port = DEFAULT_PORT if size > 1 else _free_port()
     return DistEnv(rank, size, local, addr, port, launcher)

@@ -70,7 +70,16 @@ def test_explicit_env_wins_over_launcher_variables():
 
 def test_job_ports_differ_between_jobs():
     assert job_port(1001) != job_port(1002)
-    assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678))
+    assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678, "prterun-vm-4021@1"))
+
+
+def test_two_mpiruns_outside_slurm_rendezvous_on_their_own_ports():
+    """Each mpirun gives its ranks one PMIx namespace: two 2-rank jobs on one machine must not share port 29500
+    (their ranks would mix: gloo's 'Received data size doesn't match expected size', seen in this suite)."""
+    runs = [{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+             "PMIX_NAMESPACE": namespace} for namespace in ("852754433", "852033537")]
+    ports = [detect(env).master_port for env in runs]
+    assert ports[0] != ports[1] and ports == [job_port("852754433"), job_port("852033537")]
 
 
 def test_ranks_leave_the_process_group_together(tmp_path):
