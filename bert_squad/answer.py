@@ -26,7 +26,6 @@ from bert_squad.evaluate import predict
 from bert_squad.features import build_features
 from bert_squad.files import read_json, read_text
 from bert_squad.postprocess import predicted_entry
-from bert_squad.runtime import Command
 
 
 class Answer(NamedTuple):
@@ -212,6 +211,3 @@ def run(args):
         print(json.dumps({"id": qid, "question": question, "answers": [a._asdict() for a in found]},
                          ensure_ascii=False))
     return 0
-
-
-ANSWER = Command(parse=parse, run=run)

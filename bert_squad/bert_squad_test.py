@@ -17,7 +17,6 @@ from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
 from bert_squad.metrics import exact_match, f1
 from bert_squad.postprocess import predicted_entry
-from bert_squad.runtime import Command
 
 
 def parse(argv):
@@ -98,6 +97,3 @@ def run(args):
     else:
         render(results)
     return 0
-
-
-TEST = Command(parse=parse, run=run)

@@ -1,7 +1,8 @@
 """Command-line entry: training is the default command; the others are subcommands.
 
-Each command is a `runtime.Command` in its module: `parse` runs first (so `--help` and argument errors are
-instant), then the process-wide set-up the command needs (`runtime.prepare`), then `run`. A `UserError`
+Each command names its parser and its action: the parser runs first, imported alone (so `--help` and argument
+errors come before torch, DeepSpeed or transformers load), then the process-wide set-up the command needs
+(`runtime.prepare`), then the action. A `UserError`
 from any of them is one line on stderr and exit code 2, so a batch log shows the cause, not a traceback
 (unless --debug).
 """
@@ -9,24 +10,37 @@ from any of them is one line on stderr and exit code 2, so a batch log shows the
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 
 from bert_squad import runtime
 from bert_squad.errors import exit_code
 
-# Command words -> "module:Command". The longest match of the first words wins; anything else is training.
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its parser and its action ("module:function" each), and the process set-up it needs."""
+
+    parse: str  # argv -> options; argparse exits here for --help
+    run: str  # options -> exit code
+    deepspeed: bool = False  # starts DeepSpeed (its process group or engine)
+    offline: bool = True  # the Hugging Face libraries never try the network
+
+
+TRAINING_ARGS = "bert_squad.config:parse_run_config"
+# Command words -> Command. The longest match of the first words wins; anything else is training.
 COMMANDS = {
-    "train": "bert_squad.train:TRAIN",
-    "config": "bert_squad.train:PRINT_CONFIG",
-    "download": "bert_squad.download:DOWNLOAD",
-    "check-cache": "bert_squad.download:CHECK_CACHE",
-    "evaluate": "bert_squad.evaluate:EVALUATE",
-    "answer": "bert_squad.answer:ANSWER",
-    "test": "bert_squad.bert_squad_test:TEST",
-    "score": "bert_squad.score:SCORE",
-    "launch": "bert_squad.cluster.launch:LAUNCH",
-    "sweep": "bert_squad.cluster.sweep:SUBMIT",
-    "sweep run": "bert_squad.cluster.sweep:RUN_TASK",
-    "summarize": "bert_squad.cluster.summarize:SUMMARIZE",
+    "train": Command(TRAINING_ARGS, "bert_squad.train:main", deepspeed=True),
+    "config": Command(TRAINING_ARGS, "bert_squad.train:print_config", deepspeed=True),
+    "download": Command(TRAINING_ARGS, "bert_squad.download:download", offline=False),
+    "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
+    "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", deepspeed=True),
+    "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
+    "test": Command("bert_squad.bert_squad_test:parse", "bert_squad.bert_squad_test:run"),
+    "score": Command("bert_squad.score:parse", "bert_squad.score:run"),
+    "launch": Command("bert_squad.cluster.launch:parse", "bert_squad.cluster.launch:run"),
+    "sweep": Command("bert_squad.cluster.sweep:parse", "bert_squad.cluster.sweep:submit"),
+    "sweep run": Command("bert_squad.cluster.sweep:parse_task", "bert_squad.cluster.sweep:run_task", deepspeed=True),
+    "summarize": Command("bert_squad.cluster.summarize:parse", "bert_squad.cluster.summarize:run"),
 }
 # Training flags that run another command on the same arguments, as the README and job scripts spell them.
 ALIASES = {"--download-only": "download", "--print-config": "config"}
@@ -44,20 +58,21 @@ def split_command(argv):
     return "train", argv, ""
 
 
-def load(name):
-    module, attr = COMMANDS[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+def load(spec):
+    """The function a "module:function" spec names, its module imported now."""
+    module, function = spec.split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def run(name, args, prog):
     """Run command `name` on `args`; its exit code."""
     debug = "--debug" in args or os.environ.get("BERT_SQUAD_DEBUG") == "1"
-    command = load(name)
+    command = COMMANDS[name]
 
     def parse_prepare_run():
-        options = command.parse(args)
+        options = load(command.parse)(args)
         runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug)
-        return command.run(options)
+        return load(command.run)(options)
 
     return exit_code(parse_prepare_run, prog, debug)
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from bert_squad import cache, config
 from bert_squad.errors import UserError
 from bert_squad.files import ensure_writable_dir
-from bert_squad.runtime import Command
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -75,7 +74,3 @@ def check_cache(cfg):
     if not cfg.data.train_file:
         print(f"dataset: {cache.find_dataset(cfg.data.dataset, cfg.data.cache_dir)}")
     return 0
-
-
-DOWNLOAD = Command(parse=config.parse_run_config, run=download, offline=False)
-CHECK_CACHE = Command(parse=parse_check, run=check_cache)

@@ -19,7 +19,6 @@ from bert_squad.features import build_features
 from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import postprocess_predictions
-from bert_squad.runtime import Command
 from bert_squad.squad import to_articles
 
 EVAL_BATCH = 64
@@ -120,6 +119,3 @@ def run(parsed):
     if metrics is not None:
         print(json.dumps(metrics))
     return 0
-
-
-EVALUATE = Command(parse=parse, run=run, deepspeed=True)

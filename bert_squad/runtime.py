@@ -12,8 +12,6 @@ import logging
 import os
 import sys
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable
 
 # Set for every command but `download`: compute nodes are offline, and the libraries must not try.
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -22,16 +20,6 @@ DEEPSPEED_NOISE = (
     "scheduler before it has started",  # its warmup schedulers ask themselves for a rate while being built
     "Setting accelerator to CPU",  # at import, on stdout (into job scripts rendered with --dry-run > file)
 )
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command: its parser, what it does with what was parsed, and the process set-up it needs."""
-
-    parse: Callable[[list], Any]  # argv -> options (argparse exits here for --help)
-    run: Callable[[Any], int]  # options -> exit code
-    deepspeed: bool = False  # starts DeepSpeed (its process group or engine)
-    offline: bool = True  # the Hugging Face libraries never try the network
 
 
 def _not_noise(record):

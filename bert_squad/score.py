@@ -13,7 +13,6 @@ from rich.table import Table
 from bert_squad import config, metrics
 from bert_squad.errors import UserError
 from bert_squad.files import read_json, write_json_atomic
-from bert_squad.runtime import Command
 from bert_squad.squad import is_squad_v2
 
 
@@ -117,6 +116,3 @@ def run(args):
     _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions")
     print(json.dumps(result))
     return 0
-
-
-SCORE = Command(parse=parse, run=run)

@@ -5,9 +5,10 @@ written. `build` makes the run: the features and batch plan, the finished DeepSp
 engine and the resumed position. `loop` trains it, reading like nanoGPT's: one block per concern, each
 under one condition. `finish` evaluates, exports and writes the final metrics, the file that says the run
 finished. `bert-squad config` stops after `plan` and prints the configuration instead of training.
-"""
 
-from __future__ import annotations
+The command line imports this module only after its arguments parsed and `runtime.prepare` ran, so the
+libraries below load with the process set up, and `--help` loads none of them.
+"""
 
 import contextlib
 import dataclasses
@@ -17,10 +18,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
+import datasets
+import deepspeed
 import torch
+import transformers
+from deepspeed.accelerator import get_accelerator
 from torch.utils.data import DataLoader
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report
 from bert_squad.batching import BatchPlan, Collator
@@ -28,12 +34,6 @@ from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, feature_report
 from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
-from bert_squad.runtime import Command
-
-if TYPE_CHECKING:  # deepspeed, transformers and datasets load where the run starts using them: not for --help
-    import datasets
-    from deepspeed import DeepSpeedEngine
-    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Run:
     inputs: Inputs
     plan: Plan
     device: torch.device
-    engine: DeepSpeedEngine
+    engine: deepspeed.DeepSpeedEngine
     rows: datasets.Dataset  # the train features' model columns
     collate: Collator
     progress: checkpoint.Progress
@@ -94,9 +94,6 @@ def main(cfg):
 
 def check(cfg):
     """Everything that can be wrong with the input, found before any process group or file exists."""
-    import transformers  # heavy: after the arguments parsed (see TYPE_CHECKING above)
-    from deepspeed.accelerator import get_accelerator
-
     not_a_file(cfg.data.cache_dir, "cache dir")
     not_a_file(cfg.data.output_dir, "output dir")
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
@@ -141,8 +138,6 @@ def plan(inputs):
 
 def build(inputs, device):
     """The planned run on its engine, at the step it resumes from."""
-    import deepspeed  # heavy: after the arguments parsed (see TYPE_CHECKING above)
-
     cfg, dist = inputs.cfg, inputs.dist
     torch.manual_seed(cfg.train.seed + dist.rank)
     started = time.perf_counter()
@@ -271,7 +266,3 @@ def print_config(cfg):
                       "train_features": len(work.features), "steps_per_epoch": work.steps_per_epoch,
                       "total_steps": work.total_steps, "deepspeed_config": work.ds_config.as_dict()}, indent=2))
     return 0
-
-
-TRAIN = Command(parse=config.parse_run_config, run=main, deepspeed=True)
-PRINT_CONFIG = Command(parse=config.parse_run_config, run=print_config, deepspeed=True)

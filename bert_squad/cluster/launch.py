@@ -19,7 +19,6 @@ from typing import Optional
 from bert_squad import config, dsconfig
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
-from bert_squad.runtime import Command
 
 HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
@@ -234,6 +233,3 @@ def run(parsed):
         return 0
     sys.stdout.write(script)
     return 0
-
-
-LAUNCH = Command(parse=parse, run=run)

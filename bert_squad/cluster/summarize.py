@@ -18,7 +18,6 @@ from rich.table import Table
 from bert_squad import config, outputs
 from bert_squad.errors import UserError
 from bert_squad.files import read_json, write_text_atomic
-from bert_squad.runtime import Command
 
 MANIFEST = "sweep.json"
 EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
@@ -164,6 +163,3 @@ def run(args):
         console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
     console.print(f"wrote {', '.join(map(str, written))}")
     return 0
-
-
-SUMMARIZE = Command(parse=parse, run=run)

@@ -19,7 +19,6 @@ from bert_squad.cluster import launch
 from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 from bert_squad.errors import UserError, exit_code
 from bert_squad.files import write_json_atomic, write_text_atomic
-from bert_squad.runtime import Command
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 # The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
@@ -256,7 +255,3 @@ def run_task(parsed):
         if rank0:
             write_text_atomic(code_file, f"{code}\n")
     return code
-
-
-SUBMIT = Command(parse=parse, run=submit)
-RUN_TASK = Command(parse=parse_task, run=run_task, deepspeed=True)
