@@ -72,12 +72,15 @@ def find_dataset(name, cache_dir):
 
 
 def main(argv):
-    """`bert-squad check-cache <training arguments>`: are the run's model and dataset in the cache?
+    """`bert-squad check-cache <training arguments>`: are the run's model and dataset in the cache, and
+    can its output dir be written?
 
-    The job script runs this once, before it starts a container per rank."""
+    The job script runs this once, inside the image, before it starts a container per rank."""
     from bert_squad.config import parse_run_config
+    from bert_squad.outputs import check_output_dir
 
-    if argv[:2] == ["sweep", "run"]:  # a sweep's array task: the runs' common arguments follow `--`
+    sweep = argv[:2] == ["sweep", "run"]
+    if sweep:  # a sweep's array task: the runs' common arguments follow `--`; the sweep names the output dirs
         argv = argv[argv.index("--") + 1:] if "--" in argv else []
     data = parse_run_config(argv).data
     if data.download_only:
@@ -85,4 +88,6 @@ def main(argv):
     print(f"model: {find_model(data.model, data.cache_dir)}")
     if not data.train_file:
         print(f"dataset: {find_dataset(data.dataset, data.cache_dir)}")
+    if not sweep:
+        check_output_dir(data.output_dir)
     return 0

@@ -94,7 +94,7 @@ def check_inputs(cfg):
     module = model_lib.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_ex.version_2
-    check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
+    outputs.check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
     return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
 
 
@@ -350,17 +350,6 @@ def load_examples(data):
         dev = (data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file
                else data_lib.load_hub_split(data.dataset, "validation", data.cache_dir))
     return train, (None if data.no_eval else dev)
-
-
-def check_output_dir(path):
-    """Fail before training, not after hours of it, when the output dir cannot be written."""
-    probe = Path(path) / f".write-test-{os.getpid()}"
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
 
 
 def download_only(data):

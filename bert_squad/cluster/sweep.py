@@ -199,7 +199,7 @@ def main(argv):
     if not args.submit:
         sys.stdout.write(script)
         return 0
-    launch.check_job_inputs(manifest["train_args"])
+    launch.check_job_inputs(manifest["train_args"], script)
     job_file = sweep_dir / JOB_FILE
     if job_file.exists():
         job_id = job_file.read_text().strip()
