@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
+from bert_squad import transport
 from bert_squad.errors import UserError
 
 DEFAULT_PORT = 29500
@@ -142,9 +143,13 @@ def _init(dist, timeout_s):
     else:
         acc.set_device(dist.local_rank % acc.device_count())
         device = torch.device(acc.device_name(dist.local_rank % acc.device_count()))
+    nccl_log = None if device.type == "cpu" else transport.ask()
     deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False,
                                timeout=timedelta(seconds=timeout_s), rank=dist.rank,
                                world_size=dist.world_size)
+    if nccl_log:
+        barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
+        transport.report(dist.rank, nccl_log)
     return device
 
 
