@@ -38,15 +38,9 @@ for tool in makeself cc make; do
   command -v "$tool" >/dev/null || die "$tool is not installed (make system-deps installs the build packages)"
 done
 [ -f /usr/include/bsd/string.h ] || die "libbsd-dev is not installed (apt-get install libbsd-dev)"
-mkdir -p "$(dirname "$DEST")"
-exec 9>"$DEST.lock"
-flock 9
-if current; then  # another session built it while we waited for the lock
-  echo "$DEST"
-  exit 0
-fi
-tmp=$(mktemp -d "$DEST.tmp.XXXXXX")
-trap 'rm -rf --one-file-system "$tmp"' EXIT
+# shellcheck source=tests/build_once.sh
+source "$HERE/tests/build_once.sh"
+build_once_start
 echo "pyxis_build: building Enroot and Pyxis into $DEST" >&2
 tar -xzf "$ENROOT_SRC" -C "$tmp"
 tar -xzf "$PYXIS_SRC" -C "$tmp"
