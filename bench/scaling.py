@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """On paper, past the machines we have: predicted training samples/s of BERT-base and BERT-large (SQuAD,
-sequence 384) on 1 to 64 nodes of Piz Daint and LUMI-G, from a simple step-time model.
+sequence 384) on 1 to 64 nodes of Daint (CSCS Alps, GH200) and LUMI-G, from a simple step-time model.
 
     python bench/scaling.py [--json]
 
@@ -8,7 +8,7 @@ Step time of one optimizer step on every rank =
   compute: k micro batches x micro x FLOPs per sample / (MFU x peak), FLOPs per sample = 6 x dense
            parameters x tokens + 12 x layers x seq^2 x hidden (attention scores and their use, fwd + bwd);
   gradient all-reduce: ring, 2 (n-1)/n x gradient bytes / bandwidth + 2 (n-1) x latency, once per step
-           (inside a LUMI node over Infinity Fabric, then between nodes over the node's NICs);
+           (inside a node over NVLink or Infinity Fabric, then between nodes over the node's NICs);
   overlapped: only the backward pass (2/3 of compute) hides communication; plain: it adds up.
 ZeRO-2 moves the same volume (reduce-scatter + all-gather) but frees (n-1)/n of the gradients and
 optimizer states, so a bigger micro batch fits (activations per sample from Korthikanti et al. 2022);
@@ -65,8 +65,11 @@ class System:
 
 MODELS = (Model("BERT-base", 110e6, 12, 768, 12), Model("BERT-large", 340e6, 24, 1024, 16))
 SYSTEMS = (
-    # Cray XC50: 1 P100 16 GB (PCIe) a node, 18.7 TFLOP/s fp16 (9.3 fp32); Aries dragonfly ~10 GB/s a node.
-    System("Piz Daint", 1, 18.7, 0.35, 16, 10.0, 1.5),
+    # Alps GH200 nodes (cscs-docs alps/hardware.md and its images/alps/gh200-schematic.svg): 4 GH200 a node,
+    # each GPU ~94 GB HBM3 and joined to each of the other 3 by 6 NVLinks, 150 GB/s a direction; 4 Slingshot-11
+    # NICs x 200 Gb/s (25 GB/s) = 100 GB/s a node. 989 TFLOP/s bf16 dense is NVIDIA's H100 figure (bert_squad/perf.py);
+    # CSCS caps a module at 660 W (clusters/daint.md), so the MFU assumed is LUMI's (25%), not a measurement.
+    System("Daint", 4, 989.0, 0.25, 94, 100.0, 2.5, intra_gb_s=150.0),
     # 4 MI250X = 8 GCDs a node, 191.5 TFLOP/s bf16 matrix each; 4 Slingshot-11 NICs x 200 Gb/s = 100 GB/s
     # a node; GCDs joined by Infinity Fabric links of 50 GB/s.
     System("LUMI-G", 8, 191.5, 0.25, 64, 100.0, 2.5, intra_gb_s=50.0),

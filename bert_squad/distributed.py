@@ -16,6 +16,7 @@ import hostlist
 import torch
 import torch.distributed as td
 
+from bert_squad import transport
 from bert_squad.errors import UserError
 
 DEFAULT_PORT = 29500
@@ -154,6 +155,9 @@ def _init(dist, timeout_s):
     deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False,
                                timeout=timedelta(seconds=timeout_s), rank=dist.rank,
                                world_size=dist.world_size)
+    if transport.asked():
+        barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
+        transport.report(dist.rank, transport.log_path())
     return device
 
 

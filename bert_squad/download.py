@@ -68,9 +68,10 @@ def parse_check(argv):
 
 
 def check_cache(cfg):
-    """Are the run's model and dataset in the cache? The job script asks once, before it starts a container
-    per rank."""
+    """Are the run's model and dataset in the cache, and can its output dir be written? The job script asks
+    once, inside the image, before it starts a container per rank."""
     print(f"model: {cache.find_model(cfg.data.model, cfg.data.cache_dir)}")
     if not cfg.data.train_file:
         print(f"dataset: {cache.find_dataset(cfg.data.dataset, cfg.data.cache_dir)}")
+    ensure_writable_dir(cfg.data.output_dir, "output dir")
     return 0

@@ -17,3 +17,4 @@ NULL_ODDS = "null_odds.json"
 
 def finished(run_dir):
     return (Path(run_dir) / TRAIN_METRICS).is_file()
+

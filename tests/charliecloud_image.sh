@@ -31,16 +31,10 @@ if current; then
 fi
 [ "$(id -u)" = 0 ] || die "building $DEST needs root (debootstrap)"
 command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
-mkdir -p "$(dirname "$DEST")"
-exec 9>"$DEST.lock"
-flock 9
-if current; then  # another session built it while we waited for the lock
-  echo "$DEST"
-  exit 0
-fi
+# shellcheck source=tests/build_once.sh
+source "$(dirname "$0")/build_once.sh"
+build_once_start
 [ ! -e "$DEST" ] || [ -f "$DEST/$MARKER" ] || die "$DEST exists but is not an image this script built (no /$MARKER): remove it"
-tmp=$(mktemp -d "$DEST.tmp.XXXXXX")
-trap 'rm -rf --one-file-system "$tmp"' EXIT
 echo "charliecloud_image: building $DEST (debootstrap bookworm from $MIRROR, a few minutes)" >&2
 debootstrap --variant=minbase --include="$PACKAGES" bookworm "$tmp/root" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 \
   || { tail -n 20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (log above)"; }

@@ -176,17 +176,13 @@ def wait_idle(cluster, procs, count=1, timeout=60):
                 f"exited daemons {[p.args[:3] for p in procs if p.poll() is not None]}):\n{logs}")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    require_slurm()
-    root = make_root(tmp_path_factory)
-    host = socket.gethostname()
-    (root / "spool" / host).mkdir()
-    conf = root / "slurm.conf"
-    conf.write_text(_conf(root, host, os.cpu_count()))
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    procs = [start_slurmctld(conf, env),
-             subprocess.Popen([_which("slurmd"), "-D", "-f", str(conf)], env=env,
+@contextlib.contextmanager
+def single_node(root, conf, env, daemon_env=None):
+    """slurmctld and one slurmd on this host for `conf`; the cluster once its node is idle, the daemons
+    stopped on the way out. `daemon_env`: the daemons' environment where it differs from the clients'."""
+    daemon_env = daemon_env or env
+    procs = [start_slurmctld(conf, daemon_env),
+             subprocess.Popen([_which("slurmd"), "-D", "-f", str(conf)], env=daemon_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     cluster = SlurmCluster(root, env)
     try:
@@ -195,6 +191,18 @@ def slurm_cluster(tmp_path_factory):
     finally:
         for p in reversed(procs):
             _stop(p)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    require_slurm()
+    root = make_root(tmp_path_factory)
+    host = socket.gethostname()
+    (root / "spool" / host).mkdir()
+    conf = root / "slurm.conf"
+    conf.write_text(_conf(root, host, os.cpu_count()))
+    with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}) as cluster:
+        yield cluster
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ if b"bert_squad" in _argv and b"check-cache" not in _argv and os.environ.get("CH
     _fstype = _root[_root.index("-") + 1]
     with open(f"/proc/{{os.getppid()}}/comm") as _f:
         _parent = _f.read().strip()
-    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV"]!r}
+    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV",
+                                                     "CUDA_VISIBLE_DEVICES"]!r}
     with open(os.path.join(os.environ["CH_PROBE_DIR"], f"{{os.getpid()}}.json"), "w") as _f:
         json.dump({{"marker": _marker, "root_fs": _fstype, "parent": _parent,
                    "env": {{k: os.environ.get(k) for k in _names}}}}, _f)
@@ -54,19 +55,24 @@ def _interpreter_dirs():
     return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
 
 
-@pytest.fixture(scope="session")
-def ch_image(tmp_path_factory):
-    """The cached test image, hard-linked into a session folder with this session's mount points."""
+def cached_image(*tools):
+    """The machine's Debian minbase test image directory (charliecloud_image.sh builds it once), or skip;
+    `tools` are what the caller runs it with."""
     if os.geteuid() != 0:
-        pytest.skip("the Charliecloud test image is built with debootstrap, which needs root")
-    for tool in ("ch-run", "debootstrap"):
+        pytest.skip("the test image is built with debootstrap, which needs root")
+    for tool in ("debootstrap", *tools):
         if not shutil.which(tool) and not shutil.which(tool, path="/usr/sbin:/sbin"):
-            pytest.skip(f"{tool} is not installed (apt-get install charliecloud-runtime debootstrap, "
-                        "or `make system-deps`)")
+            pytest.skip(f"{tool} is not installed (`make system-deps` installs it)")
     env = {**os.environ, "PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin"}
     proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cached = Path(proc.stdout.strip().splitlines()[-1])
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def ch_image(tmp_path_factory):
+    """The cached test image, hard-linked into a session folder with this session's mount points."""
+    cached = cached_image("ch-run")
     image = tmp_path_factory.mktemp("ch") / "image"
     # ch-run binds only onto directories the image has; a user does the same mkdir before ch-convert.
     subprocess.run(["cp", "-al", str(cached), str(image)], check=True)
@@ -92,16 +98,21 @@ def ch_squashfs(ch_image):
     return sqfs
 
 
-def ch_env(scratch, image, **extra):
+def probe_env(scratch):
+    """The variables that make every rank's python leave a record in <scratch>/probes (see PROBE)."""
     probe_code = scratch / "probe-code"
     probe_code.mkdir(exist_ok=True)
     (probe_code / "sitecustomize.py").write_text(PROBE)
     probes = scratch / "probes"
     probes.mkdir(exist_ok=True)
     (scratch / "cache").mkdir(exist_ok=True)
+    return {"PYTHONPATH": str(probe_code), "CH_PROBE_DIR": str(probes)}
+
+
+def ch_env(scratch, image, **extra):
     flags = " ".join(f"-b {d}:{d}" for d in _interpreter_dirs())
     return job_env(scratch, BERT_SQUAD_RUNTIME="charliecloud", BERT_SQUAD_IMAGE=str(image),
-                   BERT_SQUAD_RUNTIME_FLAGS=flags, PYTHONPATH=str(probe_code), CH_PROBE_DIR=str(probes),
+                   BERT_SQUAD_RUNTIME_FLAGS=flags, **probe_env(scratch),
                    # ch-run unsets it inside (the host's /tmp is the container's /tmp): shown in the records.
                    TMPDIR="/tmp", **extra)
 

@@ -115,8 +115,13 @@ def test_apptainer_definition():
 def test_site_images_are_the_documented_ones():
     sites = json.loads((ROOT / "bert_squad" / "cluster" / "sites.json").read_text())
     readme = (CONTAINERS / "README.md").read_text()
+    # Daint: the CE image that `enroot import` writes where the job looks ($BERT_SQUAD_WORK = $SCRATCH/bert-squad).
+    assert sites["daint"]["image"] == "$BERT_SQUAD_WORK/bert-squad-cuda.sqsh"
+    assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-cuda.sqsh podman://bert-squad:cuda" in readme
     # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
-    assert sites["daint"]["image"] == "load/library/bert-squad:cuda" and "sarus load" in readme
-    assert re.search(r"sarus load \S+ bert-squad:cuda", readme)
-    assert sites["lumi"]["image"].endswith("/bert-squad-rocm.sif") and "build bert-squad-rocm.sif" in readme.replace(
-        "--build-arg IMAGE=bert-squad:rocm ", "")
+    assert re.search(r"sarus load \S+ bert-squad:cuda", readme) and "load/library/bert-squad:cuda" in readme
+    # LUMI: LUMI AI Factory's image, the package in a venv squashed to where the site's bind expects it.
+    assert sites["lumi"]["image"] in readme and sites["lumi"]["image"].startswith("/appl/local/laifs/containers/")
+    assert "$BERT_SQUAD_WORK/bert-squad-env.sqsh:/user-software" in sites["lumi"]["runtime_flags"]
+    assert "mksquashfs bert-squad-env $BERT_SQUAD_WORK/bert-squad-env.sqsh" in readme
+    assert "build bert-squad-rocm.sif" in readme.replace("--build-arg IMAGE=bert-squad:rocm ", "")

@@ -2,14 +2,16 @@
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from bert_squad import cache, cli
-from bert_squad.cluster import launch
-from conftest import PYTHON, ROOT, put_in_hub_cache
+from bert_squad.cluster import edf, launch
+from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
 
 SITES = ("daint", "lumi", "generic")
 
@@ -32,18 +34,61 @@ def test_checked_in_scripts_are_the_site_renders(capsys, site):
 
 @pytest.mark.parametrize("nodes", [1, 8])
 def test_daint_render(capsys, nodes):
+    """Daint on Alps (cscs-docs running/slurm.md, clusters/daint.md): 4 ranks a GH200 node, one GPU each through
+    --gpus-per-task, 72 Grace cores each, srun with the Container Engine's --environment, bf16."""
     script = render(capsys, "--site", "daint", "--nodes", str(nodes), "--dry-run")
     opts = sbatch_lines(script)
-    assert opts["nodes"] == str(nodes) and opts["ntasks-per-node"] == "1" and opts["cpus-per-task"] == "12"
-    assert opts["constraint"] == "gpu" and "gpus-per-node" not in opts
-    assert opts["signal"] == "B:USR1@300"
-    for module in ("daint-gpu", "sarus", "openmpi"):
-        assert f"module load {module}\n" in script
-    assert "RUNTIME=${BERT_SQUAD_RUNTIME:-sarus}" in script and "LAUNCHER=${BERT_SQUAD_LAUNCHER:-mpirun}" in script
-    assert 'IMAGE=${BERT_SQUAD_IMAGE:-"load/library/bert-squad:cuda"}' in script
-    assert "export BERT_SQUAD_GPU_ENV=CUDA_VISIBLE_DEVICES" in script
-    assert '"configs/ds_fp16.json"' in script and '"--resume" "auto"' in script
+    assert opts["nodes"] == str(nodes) and opts["ntasks-per-node"] == "4" and opts["gpus-per-task"] == "1"
+    assert opts["cpus-per-task"] == "72" and opts["partition"] == "normal" and "gpus-per-node" not in opts
+    assert "constraint" not in opts and opts["signal"] == "B:USR1@300"
+    assert not re.search(r"^module ", script, re.M)  # no Cray modules: the CE brings the software stack
+    assert "RUNTIME=${BERT_SQUAD_RUNTIME:-ce}" in script and "LAUNCHER=${BERT_SQUAD_LAUNCHER:-srun}" in script
+    assert 'SCRATCH_DIR=${BERT_SQUAD_SCRATCH:-"/capstor/scratch/cscs/$USER"}' in script
+    assert 'IMAGE=${BERT_SQUAD_IMAGE:-"$BERT_SQUAD_WORK/bert-squad-cuda.sqsh"}' in script
+    # Slurm binds one GPU to each task; the ranks narrow nothing themselves.
+    assert "export BERT_SQUAD_GPU_ENV=\n" in script and 'BERT_SQUAD_NETWORK="ofi"' in script
+    assert 'CONTAINER=("--environment=$EDF"' in script
+    assert 'com.hooks.aws_ofi_nccl.enabled = "true"' in script
+    assert '"configs/ds_bf16.json"' in script and '"--resume" "auto"' in script
     assert f"bert-squad launch --site daint --nodes {nodes} --dry-run" in script
+
+
+def edf_of(script, tmp_path, image, mounts, repo):
+    """The EDF that `script`'s write_edf writes for these values (the job's own function, run here)."""
+    functions = re.search(r"^toml\(\).*?^}$", script, re.M | re.S).group(0)
+    env_line = re.search(r"^export HF_HOME=.*$", script, re.M).group(0)
+    names = re.search(r"^CONTAINER_ENV=.*$", script, re.M).group(0)
+    path = tmp_path / "edf" / "job.toml"
+    body = (f"set -euo pipefail\nBERT_SQUAD_CACHE={shlex.quote(str(tmp_path))}/cache\n{env_line}\n{names}\n"
+            f"IMAGE={shlex.quote(str(image))}; BERT_SQUAD_REPO={shlex.quote(str(repo))}; SLURM_JOB_ID=7\n"
+            f"MOUNTS=({' '.join(shlex.quote(str(m)) for m in mounts)})\n{functions}\nwrite_edf {shlex.quote(str(path))}")
+    proc = subprocess.run(["bash", "-c", body], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in path.parent.iterdir()] == ["job.toml"]  # no temporary file left beside it
+    return path
+
+
+def test_daint_edf_is_toml_with_the_reference_keys(capsys, tmp_path):
+    """The EDF the Daint job writes parses as TOML and uses only the EDF reference's keys, with their types
+    (cscs-docs software/container-engine/edf.md), with the AWS OFI NCCL hook (resource-hook.md)."""
+    odd = tmp_path / 'a "quoted" \\ dir'
+    path = edf_of(render(capsys, "--site", "daint"), tmp_path, "/img/x.sqsh", [tmp_path / "scratch", odd], ROOT)
+    doc = tomllib.loads(path.read_text())
+    assert edf.problems(doc) == []
+    assert doc["image"] == "/img/x.sqsh" and doc["workdir"] == str(ROOT)
+    assert doc["mounts"] == [f"{tmp_path}/scratch:{tmp_path}/scratch", f"{odd}:{odd}"]
+    assert doc["env"] == {"HF_HOME": f"{tmp_path}/cache/hf", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                          "TRANSFORMERS_OFFLINE": "1"}
+    assert doc["annotations"] == {"com": {"hooks": {"aws_ofi_nccl": {"enabled": "true", "variant": "cuda-dl"}}}}
+
+
+def test_edf_problems_name_what_the_reference_does_not_have():
+    doc = {"image": 3, "mount": [], "mounts": ["/a"], "env": {"A": 1}, "annotations": {"x": {"y": True}}, "writable": True}
+    assert edf.problems(doc) == [
+        "image: a int, the reference says str", "mount: not an EDF entry (the reference has base_environment, image, "
+        "workdir, entrypoint, writable, mounts, env, annotations)", "mounts[0]: '/a' is not SOURCE:DESTINATION[:FLAGS]",
+        "env.A: values are strings in the reference, not int", "annotations.x.y: values are strings in the reference, "
+        "not bool"]
 
 
 @pytest.mark.parametrize("nodes", [1, 8])
@@ -59,9 +104,15 @@ def test_lumi_render(capsys, nodes):
     masks = [int(m, 16) for m in re.search(r"mask_cpu:([\w,]+)", script).group(1).split(",")]
     assert all(bin(m).count("1") == 7 for m in masks) and not any(m & (1 << (8 * i)) for m in masks for i in range(8))
     assert "RUNTIME=${BERT_SQUAD_RUNTIME:-singularity}" in script and "export BERT_SQUAD_GPU_ENV=ROCR_VISIBLE_DEVICES" in script
-    for var in ("NCCL_SOCKET_IFNAME=\"hsn0,hsn1,hsn2,hsn3\"", "NCCL_NET_GDR_LEVEL=\"PHB\"", "CXI_FORK_SAFE=\"1\""):
+    # lumi-userguide software/packages/pytorch.md; LUMI-AI-Guide 02-setting-up-environment/README.md.
+    for var in ('NCCL_SOCKET_IFNAME="hsn"', 'NCCL_NET_GDR_LEVEL="3"', 'CXI_FORK_SAFE="1"', 'FI_CXI_DISABLE_CQ_HUGETLB="1"'):
         assert f"export {var}" in script
-    assert "module load singularity-AI-bindings" in script and "module load aws-ofi-rccl" in script
+    assert "module purge\nmodule use /appl/local/laifs/modules\nmodule load lumi-aif-singularity-bindings\n" in script
+    assert 'BERT_SQUAD_NETWORK="ofi"' in script
+    # The package and what the LUMI AI Factory image lacks: a venv in a SquashFS file at /user-software.
+    assert 'export SINGULARITYENV_PREPEND_PATH="/user-software/bin"' in script
+    assert 'SITE_RUNTIME_FLAGS="-B $BERT_SQUAD_WORK/bert-squad-env.sqsh:/user-software:image-src=/"' in script
+    assert re.search(r'IMAGE=\$\{BERT_SQUAD_IMAGE:-"/appl/local/laifs/containers/\S+/lumi-multitorch-full-\S+\.sif"\}', script)
     assert '"configs/ds_bf16.json"' in script
 
 
@@ -88,7 +139,7 @@ def test_options_and_training_arguments(capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--site", "daint", "--nodes", "0"], "--nodes 0"),
     (["--site", "lumi", "--gpus-per-node", "9"], "has 8 GPU(s)"),
-    (["--site", "daint", "--gpus-per-node", "2"], "has 1 GPU(s)"),
+    (["--site", "daint", "--gpus-per-node", "5"], "a daint node has 4 GPU(s)"),
     (["--site", "lumi", "--time", "1 hour"], "--time"),
     (["--site", "lumi", "--account", "x;rm"], "--account"),
 ])
@@ -108,10 +159,75 @@ def test_submit_pipes_the_script_to_sbatch(tmp_path, monkeypatch, capsys):
     assert sbatch_lines((tmp_path / "script").read_text())["nodes"] == "2"
 
 
+def fake_sbatch(tmp_path, monkeypatch):
+    """sbatch as a script that keeps what it was given; PATH keeps bash, od and unsquashfs."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 42'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin:/usr/sbin:/sbin")
+    return tmp_path / "script"
+
+
+def daint_inputs(tmp_path, monkeypatch, image_from="/bin"):
+    """A Daint submission's world: a scratch with a cache, and a SquashFS image whose /usr/bin/env is this
+    machine's (x86_64) or a copy whose ELF header says aarch64."""
+    if not shutil.which("mksquashfs", path="/usr/bin:/usr/sbin"):
+        pytest.skip("mksquashfs is not installed (apt-get install squashfs-tools, or `make system-deps`)")
+    scratch = tmp_path / "scratch"
+    (scratch / "bert-squad" / "cache").mkdir(parents=True)
+    root = tmp_path / "rootfs" / "usr" / "bin"
+    root.mkdir(parents=True)
+    env = bytearray(Path(shutil.which("env")).read_bytes())
+    if image_from == "aarch64":
+        env[18:20] = (183).to_bytes(2, "little")  # e_machine EM_AARCH64
+    (root / "env").write_bytes(bytes(env))
+    image = scratch / "bert-squad" / "bert-squad-cuda.sqsh"
+    subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet", "-no-progress"],
+                   check=True, capture_output=True, timeout=120)
+    monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(scratch))
+    for var in ("BERT_SQUAD_IMAGE", "BERT_SQUAD_EDF", "BERT_SQUAD_CACHE", "BERT_SQUAD_WORK", "BERT_SQUAD_RUNTIME",
+                "BERT_SQUAD_LAUNCHER"):
+        monkeypatch.delenv(var, raising=False)
+    return image
+
+
+def test_daint_submission_with_its_inputs_reaches_sbatch(tmp_path, monkeypatch, capsys):
+    daint_inputs(tmp_path, monkeypatch, image_from="aarch64")
+    sent = fake_sbatch(tmp_path, monkeypatch)
+    assert cli.main(["launch", "--site", "daint", "--submit"]) == 0
+    assert capsys.readouterr().out == "Submitted batch job 42\n"
+    assert sent.read_text() == render(capsys, "--site", "daint")
+
+
+@pytest.mark.parametrize("case", ["edf", "image", "arch", "mount", "launcher"])
+def test_what_a_daint_job_cannot_start_without_is_refused_at_submit(tmp_path, monkeypatch, capsys, case):
+    """One line naming the file, exit 2, and nothing sent to sbatch: the job script's own checks, run on the
+    submit host (the same lines refuse it when the job starts)."""
+    image = daint_inputs(tmp_path, monkeypatch, image_from="aarch64" if case != "arch" else "/bin")
+    sent = fake_sbatch(tmp_path, monkeypatch)
+    expected = {
+        "edf": f"BERT_SQUAD_EDF={tmp_path}/no.toml: no such file",
+        "image": f"image {tmp_path}/absent.sqsh is absent",
+        "arch": f"image {image} is built for x86_64, a daint node runs aarch64",
+        "mount": f"mount source {tmp_path}/no-cache does not exist",
+        "launcher": "BERT_SQUAD_RUNTIME=ce starts the containers through srun",
+    }[case]
+    monkeypatch.setenv(*{"edf": ("BERT_SQUAD_EDF", f"{tmp_path}/no.toml"),
+                         "image": ("BERT_SQUAD_IMAGE", f"{tmp_path}/absent.sqsh"),
+                         "arch": ("BERT_SQUAD_RUNTIME", "ce"),
+                         "mount": ("BERT_SQUAD_CACHE", f"{tmp_path}/no-cache"),
+                         "launcher": ("BERT_SQUAD_LAUNCHER", "mpirun")}[case])
+    assert cli.main(["launch", "--site", "daint", "--submit"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bert-squad launch: error: ") and expected in err, err
+    assert not sent.exists()
+
+
 def test_cache_check_follows_the_python_layout(tmp_path, capsys):
     """The job's fail-fast check is `bert-squad check-cache`: it looks where bert_squad.cache puts things."""
     def check(*args):
-        code = cli.main(["check-cache", "--cache-dir", str(tmp_path), *args])
+        code = cli.main(["check-cache", "--cache-dir", str(tmp_path), "--output-dir", str(tmp_path / "out"), *args])
         return code, capsys.readouterr().err
 
     assert check("--model", "org/bert")[0] == 2
@@ -129,13 +245,24 @@ def test_cache_check_follows_the_python_layout(tmp_path, capsys):
     assert "check-cache" in launch.TEMPLATE_FILE.read_text()
 
 
+def test_cache_check_refuses_an_output_dir_it_cannot_write(tmp_path, capsys):
+    """Run inside the job's image before the ranks start, so a read-only place there fails in one line."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    code = cli.main(["check-cache", "--model", str(model), "--train-file", "x.json", "--output-dir", "/proc/1/out"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "/proc/1/out: output dir cannot be written" in err, err
+
+
 @pytest.mark.parametrize("var", ["HF_HOME", "HF_HUB_CACHE"])
 def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_model, tmp_path):
     hf_home = tmp_path / "hf"
     snapshot = put_in_hub_cache(hf_home / "hub", "org/tiny", tiny_model)
     env = dict(os.environ, **{var: str(hf_home if var == "HF_HOME" else hf_home / "hub")})
     proc = subprocess.run([PYTHON, "-m", "bert_squad", "check-cache", "--model", "org/tiny", "--train-file", "x.json",
-                           "--cache-dir", str(tmp_path / "empty")], capture_output=True, text=True, env=env)
+                           "--cache-dir", str(tmp_path / "empty"), "--output-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"model: {snapshot}"
 

@@ -13,8 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
 LAYERS = [
     # foundations: no project imports
-    {"errors", "runtime", "outputs", "squad", "postprocess", "batching", "perf", "preemption"},
-    {"files", "cache", "metrics", "distributed"},  # facts about files, the cache layout, scores, ranks
+    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport"},
+    {"files", "cache", "metrics", "distributed", "runtime", "cluster.edf"},  # files, cache layout, scores, ranks, process set-up
     {"config", "model", "features", "checkpoint"},  # typed options; things the run is made of
     {"data", "dsconfig", "report"},
     {"evaluate", "download", "score", "cluster.summarize"},

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from bert_squad import config, dsconfig
+from bert_squad.cluster import edf
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
 
@@ -24,6 +25,8 @@ HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
 TEMPLATE_FILE = HERE / "job_template.sh"
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+# The part of a job script that `bert-squad launch --submit` also runs on the submit host.
+INPUTS_RE = re.compile(r"^# >>> inputs.*?^# <<< inputs$", re.M | re.S)
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
 
 
@@ -82,8 +85,9 @@ def split_argv(argv):
 def sbatch_options(site, spec, gpus, extra=None):
     """#SBATCH lines: the site's, then the options given, then `extra` (e.g. a sweep's --array)."""
     opts = {"job-name": "bert-squad", "nodes": spec.nodes, "ntasks-per-node": max(gpus, 1)}
-    if gpus and site["gpus_per_node_option"]:
-        opts["gpus-per-node"] = gpus
+    # gpus-per-task: Slurm gives each rank its own GPU (CUDA_VISIBLE_DEVICES), as CSCS documents for GH200.
+    if gpus:
+        opts[site["gpu_request"]] = 1 if site["gpu_request"] == "gpus-per-task" else gpus
     opts.update(site["sbatch"])
     if gpus == 0:
         opts.pop("mem-per-gpu", None)
@@ -124,9 +128,10 @@ def shell_word(text):
     return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
 
 
-def render(spec, train_args, command, extra_sbatch=None, rank_command=()):
+def render(spec, train_args, command, extra_sbatch=None, rank_command=(), check_args=()):
     """The job script for `spec`; `command` is the command line shown in its header. The ranks run
-    `python -m bert_squad <rank_command> <training arguments>` (a sweep's task: `sweep run DIR --`)."""
+    `python -m bert_squad <rank_command> <training arguments>` (a sweep's task: `sweep run DIR --`), and the
+    job's cache check `check-cache <training arguments> <check_args>`."""
     site = load_sites()[spec.site]
     gpus = check(spec, site)
     # The site's CPU masks map local rank i to the cores next to GCD i: only true on a whole node.
@@ -143,11 +148,16 @@ def render(spec, train_args, command, extra_sbatch=None, rank_command=()):
         "requeue": "1" if spec.requeue else "0",
         "scratch": shell_word(site["scratch"]),
         "image": shell_word(site["image"]),
+        "runtime_flags": shell_word(site["runtime_flags"]),
         "gpu_env": site["gpu_env"] if gpus else "",
+        "arch": shell_word(site["arch"]),
+        "network": shell_word(site["network"]),
+        "edf": edf.site_tables(site["edf"], f"{SITES_FILE.name}: {spec.site}.edf"),
         "cpu_bind": shell_word(cpu_bind),
         "train_args": " ".join(shlex.quote(a) for a in train_args) if train_args
         else " ".join(shell_word(a) for a in site["train_args"]),
         "rank_command": " ".join(shlex.quote(a) for a in rank_command),
+        "check_args": " ".join(shlex.quote(a) for a in check_args),
     }
 
     def fill(match):
@@ -165,14 +175,16 @@ def training_args(words):
         raise UserError(f"training arguments: {err}") from None
 
 
-def check_job_inputs(train_args):
+def check_job_inputs(train_args, script):
     """What the job takes from the submit side, checked now rather than in every task hours later: it runs
-    `python -m bert_squad` in the checkout it was submitted from (or $BERT_SQUAD_REPO), and relative paths
-    in its training arguments (a DeepSpeed config, train and eval files) resolve there."""
+    `python -m bert_squad` in the checkout it was submitted from (or $BERT_SQUAD_REPO), relative paths in
+    its training arguments (a DeepSpeed config, train and eval files) resolve there, and the script's own
+    container checks (image, EDF, mount sources, image architecture) pass."""
     repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
     if not (repo / "bert_squad" / "__init__.py").is_file():
         raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
                         f"the repository root or set BERT_SQUAD_REPO to it")
+    check_container_inputs(script, repo)
     args = training_args(train_args)
     for value in (args.deepspeed_config, args.train_file, args.eval_file):
         if not value or (repo / value).is_file():
@@ -183,11 +195,22 @@ def check_job_inputs(train_args):
         raise UserError(f"{value}: no such file in {repo}, where the job resolves it")
 
 
+def check_container_inputs(script, repo):
+    """Run the script's `inputs` part (its paths and `check_inputs`) here, with this environment: one
+    definition of what the job needs, refused before sbatch with the line the job would print."""
+    section = INPUTS_RE.search(script).group(0)
+    proc = subprocess.run(["bash", "-c", f"{section}\ncheck_inputs"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "BERT_SQUAD_REPO": str(repo)})
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"the job script's input checks failed (exit {proc.returncode})"]
+        raise UserError(lines[-1].replace("bert-squad: error: ", "", 1))
+
+
 def submit(script):
     """sbatch the script; returns the job id (None if sbatch's reply names none)."""
     if not shutil.which("sbatch"):
         raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
-    proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True)
+    proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True, timeout=300)
     if proc.returncode != 0:
         raise UserError(f"sbatch failed: {proc.stderr.strip() or proc.stdout.strip()}")
     print(proc.stdout.strip())
@@ -199,7 +222,8 @@ def active_tasks(job_id):
     """Ids of the job's tasks still pending or running; none once Slurm has forgotten the job."""
     if not shutil.which("squeue"):
         return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
-    proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True)
+    proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True,
+                          timeout=120)
     return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
@@ -228,7 +252,7 @@ def run(parsed):
     own, args, train_args = parsed
     script = render(job_spec(args), train_args, shown_command("bert-squad launch", own, train_args))
     if args.submit:
-        check_job_inputs(train_args or load_sites()[args.site]["train_args"])
+        check_job_inputs(train_args or load_sites()[args.site]["train_args"], script)
         submit(script)
         return 0
     sys.stdout.write(script)

@@ -196,11 +196,11 @@ def submit(parsed):
              "output": f"{sweep_dir}/slurm-%A_%a.out"}
     script = launch.render(launch.job_spec(args, nodes=1), manifest["train_args"],
                            launch.shown_command("bert-squad sweep", own, user_args), extra,
-                           rank_command=["sweep", "run", str(sweep_dir), "--"])
+                           rank_command=["sweep", "run", str(sweep_dir), "--"], check_args=["--output-dir", str(sweep_dir)])
     if not args.submit:
         sys.stdout.write(script)
         return 0
-    launch.check_job_inputs(manifest["train_args"])
+    launch.check_job_inputs(manifest["train_args"], script)
     job_file = sweep_dir / JOB_FILE
     if job_file.exists():
         job_id = job_file.read_text().strip()

@@ -1,0 +1,170 @@
+"""The job scripts with real Enroot + Pyxis containers on a local Slurm (tests/pyxis.py): the `pyxis` runtime
+(srun --container-image=... --container-mounts=...) and the Daint job's CSCS Container Engine EDF, run through
+the Pyxis flags it translates to.
+
+The image is the Charliecloud tests' Debian minbase as a .sqsh: no Python in it, so the test interpreter and
+its venv are mounted in and found on the host's PATH (--container-env=PATH) through BERT_SQUAD_RUNTIME_FLAGS;
+the job mounts the scratch, the checkout and the cache itself. Every rank's python leaves a record from
+inside the container (test_charliecloud.PROBE): a file only the image has, and the rank's environment.
+"""
+
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+
+import pytest
+
+from bert_squad.checkpoint import checkpoint_root, complete_tags
+from bert_squad.cluster import edf
+from conftest import ROOT, run_bert_squad, tomllib
+from pyxis import pyxis_cluster, pyxis_image  # noqa: F401  (fixtures)
+from test_charliecloud import _interpreter_dirs, ch_train_args, probe_env, probes
+from test_slurm import finished, job_env, warn_when_training
+
+pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
+
+IMAGE_MARKER = "bert-squad Charliecloud test image"
+
+
+def container_flags(model):
+    """srun options that bring the test's Python (the image has none) and the tiny model into the container."""
+    return " ".join([f"--container-mounts={d}:{d}" for d in [*_interpreter_dirs(), str(model)]] +
+                    ["--container-env=PATH"])
+
+
+def pyxis_env(scratch, image, model, **extra):
+    return job_env(scratch, BERT_SQUAD_RUNTIME="pyxis", BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_IMAGE=str(image),
+                   BERT_SQUAD_RUNTIME_FLAGS=container_flags(model), **probe_env(scratch), **extra)
+
+
+def submit(cluster, tmp_path, script, args, env, options=()):
+    log = tmp_path / "job-%j.out"
+    job = cluster.sbatch(script, ["--ntasks-per-node=2", f"--output={log}", *options], args, env=env, cwd=ROOT)
+    return job, tmp_path / f"job-{job}.out"
+
+
+def assert_ranks_ran_in_the_image(records, job):
+    assert sorted(r["env"]["SLURM_PROCID"] for r in records) == ["0", "1"], records
+    for rec in records:
+        assert rec["marker"] and rec["marker"].startswith(IMAGE_MARKER), rec  # the host has no such file
+        assert rec["env"]["SLURM_JOB_ID"] == job and rec["env"]["HF_HUB_OFFLINE"] == "1", rec
+        assert rec["env"]["BERT_SQUAD_REPO"] == str(ROOT), rec
+
+
+def assert_same_weights_on_both_ranks(out):
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and len(set(metrics["weights_sha256_per_rank"])) == 1, metrics
+    return metrics
+
+
+def test_two_ranks_train_and_evaluate_in_pyxis_containers(pyxis_cluster, pyxis_image, tiny_model, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = scratch / "model"
+    job, log = submit(pyxis_cluster, tmp_path, ROOT / "slurm" / "generic.sbatch", ch_train_args(tiny_model, out),
+                      pyxis_env(scratch, pyxis_image, tiny_model))
+    info, text = finished(pyxis_cluster, job, log)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
+    assert re.search(r"bert-squad: running: srun .*--container-image=\S+debian\.sqsh", text), text[:3000]
+    assert_ranks_ran_in_the_image(probes(scratch), job)
+    assert_same_weights_on_both_ranks(out)
+    # The containers' 2-rank evaluation, against one process outside any container on the exported model.
+    outside = tmp_path / "outside"
+    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", "bert_squad/sample/dev-v1.1.json",
+                       "--output-dir", outside, "--cache-dir", tmp_path / "cache-outside", "--max-seq-length", "128",
+                       "--doc-stride", "48")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (outside / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
+
+
+def test_end_of_job_signal_in_pyxis_containers_requeues_and_resumes(pyxis_cluster, pyxis_image, tiny_model, tmp_path):
+    """USR1 to the batch shell -> srun -> the ranks inside their containers: one checkpoint, exit 75, the job
+    requeues itself and the requeued run resumes from that checkpoint and finishes."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = scratch / "model"
+    steps = 30
+    args = [a for a in ch_train_args(tiny_model, out, "--log-every", "1", "--no-eval", "--resume", "auto")
+            if a not in ("--eval-file", "bert_squad/sample/dev-v1.1.json")]
+    args[args.index("--max-steps") + 1] = str(steps)
+    job, log = submit(pyxis_cluster, tmp_path, ROOT / "slurm" / "generic.sbatch", args,
+                      pyxis_env(scratch, pyxis_image, tiny_model, BERT_SQUAD_REQUEUE="1"), ["--requeue", "--open-mode=append"])
+    try:
+        info, text = warn_when_training(pyxis_cluster, job, log)
+    finally:
+        pyxis_cluster.run("scancel", job)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", f"{info}\n{text[-4000:]}"
+    assert "USR1 received" in text and f"requeueing job {job}" in text, text[-4000:]
+    stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
+    assert 0 < stopped_at < steps, text[-4000:]
+    assert re.search(rf"resumed from \S+/step0*{stopped_at} at step {stopped_at}\b", text), text[-4000:]
+    assert len(complete_tags(checkpoint_root(out))) == 1
+    assert assert_same_weights_on_both_ranks(out)["steps"] == steps
+
+
+@pytest.mark.parametrize("case", ["image", "mount", "output"])
+def test_what_a_pyxis_job_cannot_start_without_is_one_line(pyxis_cluster, pyxis_image, tiny_model, tmp_path, case):
+    """A missing image, a missing mount source and an output dir the container cannot write: one line, exit
+    2, before any rank starts (the last one from the cache check, run once inside the image)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    image = tmp_path / "absent.sqsh" if case == "image" else pyxis_image
+    extra = {"BERT_SQUAD_CACHE": str(tmp_path / "no-cache")} if case == "mount" else {}
+    # The image's root file system is read-only (Enroot's default): the container cannot write there.
+    out = "/opt/bert-squad-out" if case == "output" else scratch / "out"
+    job, log = submit(pyxis_cluster, tmp_path, ROOT / "slurm" / "generic.sbatch", ch_train_args(tiny_model, out),
+                      pyxis_env(scratch, image, tiny_model, **extra))
+    info, text = finished(pyxis_cluster, job, log, timeout=300)
+    errors = [line for line in text.splitlines() if "error" in line.lower()]
+    assert info["ExitCode"] == "2:0" and len(errors) == 1 and "running:" not in text, f"{info}\n{text}"
+    assert {"image": f"image {image} is absent", "mount": f"mount source {tmp_path}/no-cache does not exist",
+            "output": "/opt/bert-squad-out: output dir cannot be written (Read-only file system)"}[case] in errors[0]
+    assert not probes(scratch)  # no rank's python started
+
+
+def ce_srun_bin(tmp_path):
+    """A PATH folder whose `srun` is tests/ce_srun.py: the CE's --environment=EDF as Pyxis flags."""
+    bin_dir = tmp_path / "ce-bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT}/tests/ce_srun.py \"$@\"\n")
+    (bin_dir / "srun").chmod(0o755)
+    return bin_dir
+
+
+def test_the_daint_job_and_its_edf_run_through_pyxis(pyxis_cluster, pyxis_image, tiny_model, tmp_path):
+    """slurm/daint.sbatch as checked in, on the test node (2 ranks, 1 core each, its 'normal' partition is
+    'debug' here): the EDF it writes is TOML with the reference's keys, and what it asks for (image, mounts,
+    workdir, env), given to Pyxis key by key, trains and evaluates in real containers; --gpus-per-task
+    hands each rank its own GPU."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = scratch / "model"
+    env = job_env(scratch, BERT_SQUAD_IMAGE=str(pyxis_image), BERT_SQUAD_RUNTIME_FLAGS=container_flags(tiny_model),
+                  REAL_SRUN=shutil.which("srun"), **probe_env(scratch))
+    del env["BERT_SQUAD_RUNTIME"]  # the site's: ce
+    env["PATH"] = f"{ce_srun_bin(tmp_path)}:{env['PATH']}"
+    # The image is this machine's: the script's architecture check (aarch64 on Daint) is told so, one line.
+    script = (ROOT / "slurm" / "daint.sbatch").read_text()
+    here = script.replace('local arch="aarch64"', f'local arch="{platform.machine()}"')
+    assert platform.machine() == "aarch64" or here != script
+    (tmp_path / "daint.sbatch").write_text(here)
+    job, log = submit(pyxis_cluster, tmp_path, tmp_path / "daint.sbatch", ch_train_args(tiny_model, out), env,
+                      ["--partition=debug", "--cpus-per-task=1"])
+    info, text = finished(pyxis_cluster, job, log)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
+    path = scratch / "bert-squad" / "edf" / f"job-{job}.toml"
+    assert f"runtime ce image {pyxis_image} environment {path}, launcher srun" in text, text[:3000]
+    doc = tomllib.loads(path.read_text())
+    assert edf.problems(doc) == [] and doc["image"] == str(pyxis_image) and doc["workdir"] == str(ROOT)
+    assert doc["mounts"] == [f"{scratch}:{scratch}", f"{ROOT}:{ROOT}"]  # the cache is under the scratch
+    assert doc["annotations"]["com"]["hooks"]["aws_ofi_nccl"] == {"enabled": "true", "variant": "cuda-dl"}
+    records = probes(scratch)
+    assert_ranks_ran_in_the_image(records, job)
+    assert {r["env"]["SLURM_PROCID"]: r["env"]["CUDA_VISIBLE_DEVICES"] for r in records} == {"0": "0", "1": "1"}
+    assert {r["env"]["HF_HOME"] for r in records} == {doc["env"]["HF_HOME"]} == {f"{scratch}/cache/hf"}
+    assert_same_weights_on_both_ranks(out)
+    assert json.loads((out / "eval_metrics.json").read_text())["f1"] >= 0
+    assert os.path.getsize(out / "predictions.json") > 2
