@@ -1,32 +1,45 @@
-"""DeepSpeed checkpoints that survive crashes, time limits and preemption.
+"""DeepSpeed checkpoints that survive crashes, time limits, preemption and damage.
 
-A checkpoint is `<output-dir>/checkpoints/step<N>/`, written by DeepSpeed on every rank plus one RNG
-file per rank and, last, a `complete` marker from rank 0 that also records the world size and batch.
-`latest` is replaced atomically only after the marker exists, so a crash mid-save leaves the previous
-checkpoint as the one to resume from.
+A checkpoint is `<output-dir>/checkpoints/step<N>/`: DeepSpeed's files from every rank, one RNG file
+per rank, `hf/` (the model's config and tokenizer: with the weights, all an export needs) and, last,
+a `complete` marker from rank 0. The marker records the progress, how the checkpoint was written
+(world size, batch, ZeRO stage, precision), what it is of (model fingerprint, windows) and every file
+with its size and CRC-32, computed by the rank that wrote the file right after writing it (and
+fsynced first: "complete" means on disk). `latest` is replaced atomically only after the marker
+exists, so a crash mid-save leaves the previous checkpoint as the one to resume from.
 
-Resuming on another world size (a node lost, fewer ranks): when DeepSpeed kept the whole optimizer
-state in one file (ZeRO stage 0 without bf16: ds_fp32), training goes on with all of it, the global
-batch kept by changing gradient accumulation; from there on its batches and dropout are not those of
-an uninterrupted run. A checkpoint whose optimizer state is split by rank (DeepSpeed's zero_pp_rank files:
-ZeRO 1-3, and its bf16 optimizer on GPUs) is refused in one line that names both world sizes.
+Damage after the marker (a scratch quota full mid-copy, a truncated file, a purged shard) is found
+before DeepSpeed reads anything: `find` checks a checkpoint against its marker, and `--resume auto`
+falls back to the one before. Older checkpoints are deleted only after a newer one is complete, and
+`--keep-checkpoints` counts intact ones.
+
+Resuming on another number of ranks is universal.py's part.
 """
 
+import dataclasses
+import hashlib
 import json
+import os
 import random
 import re
 import shutil
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from bert_squad import distributed
+from bert_squad import model as model_lib
 from bert_squad.errors import UserError
 from bert_squad.files import write_text_atomic
 
 MARKER = "complete"
+HF_DIR = "hf"
+_CHUNK = 16 << 20
+_SHARD = re.compile(r"zero_pp_rank_\d+_mp_rank_\d+_optim_states\.pt$")
 
 
 @dataclass
@@ -36,6 +49,46 @@ class Progress:
     step: int = 0  # optimizer steps done
     epoch: int = 0
     batch_in_epoch: int = 0  # micro batches of `epoch` already consumed on this rank
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a checkpoint was written: what resuming it on another world size depends on (None: written
+    before the marker recorded it)."""
+
+    world_size: Optional[int] = None
+    train_batch_size: Optional[int] = None
+    gradient_accumulation_steps: Optional[int] = None
+    zero_stage: Optional[int] = None
+    precision: Optional[str] = None
+    sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint to resume from, checked against its marker."""
+
+    path: Path
+    layout: Layout
+    skipped: tuple = ()  # one line for each newer checkpoint passed over as damaged
+
+
+@dataclass(frozen=True)
+class About:
+    """What a run's checkpoints are of: recorded in each marker and checked when resuming."""
+
+    model: str  # --model as given, for messages
+    fingerprint: str  # parameter names and shapes, and the tokenizer's vocabulary
+    windows: dict  # the window options the data position counts in
+    config: Any  # the transformers config, written with the tokenizer into hf/
+    tokenizer: Any
+
+
+def about(model, module, tokenizer, windows):
+    shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
+    vocab = sorted(tokenizer.get_vocab().items())
+    fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
+    return About(str(model), fingerprint, dataclasses.asdict(windows), module.config, tokenizer)
 
 
 def checkpoint_root(output_dir):
@@ -65,21 +118,103 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(engine, output_dir, progress, keep, dist):
+# --- the file list in the marker -----------------------------------------------------------------
+
+def _digest(path, sync=False):
+    """[size, CRC-32] of a file (zlib's CRC: a fraction of what writing the file cost); with `sync`,
+    flushed to disk first."""
+    crc = size = 0
+    with open(path, "rb") as f:
+        if sync:
+            os.fsync(f.fileno())
+        while chunk := f.read(_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return [size, crc]
+
+
+def _files(directory):
+    """Every file below `directory` but its marker, as paths relative to it."""
+    directory = Path(directory)
+    names = (p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    return sorted(n for n in names if n != MARKER)
+
+
+def _writer(name):
+    """The rank that wrote a file: DeepSpeed and `save` name per-rank files by rank; the rest is rank 0's."""
+    m = re.search(r"(?:zero_pp_rank_|rng_rank)(\d+)", name)
+    return int(m.group(1)) if m else 0
+
+
+def manifest(directory, rank=0, world_size=1, sync=False):
+    """{file: [size, crc]} of the files of `directory` that `rank` of `world_size` wrote (all, by default)."""
+    return {n: _digest(Path(directory) / n, sync) for n in _files(directory) if _writer(n) % world_size == rank}
+
+
+def _marker(path):
+    try:
+        return json.loads((Path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def damage(path, read=True):
+    """What is wrong with the checkpoint at `path`, compared with its marker: a few words that name the
+    file, or None when it is intact (or its marker predates file lists). `read=False` checks sizes only."""
+    marker = _marker(path)
+    if marker is None:
+        return f"its '{MARKER}' marker is unreadable"
+    for name, (size, crc) in marker.get("files", {}).items():
+        f = Path(path) / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} is {f.stat().st_size} bytes, the marker recorded {size}"
+        if read and _digest(f)[1] != crc:
+            return f"{name} differs from the marker's checksum"
+    return None
+
+
+def write_marker(path, record, files):
+    write_text_atomic(Path(path) / MARKER, json.dumps({**record, "files": files}) + "\n")
+
+
+# --- save -----------------------------------------------------------------------------------------
+
+def save(engine, output_dir, progress, keep, dist, about):
+    """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
+    `latest` at it and deletes the checkpoints `keep` no longer covers."""
     root = checkpoint_root(output_dir)
     tag = f"step{progress.step:08d}"
-    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
-    torch.save(_rng_state(), root / tag / f"rng_rank{dist.rank}.pt")
-    distributed.barrier()  # every rank's files are on disk before the marker says so
-    if dist.is_main:
-        layout = {"world_size": dist.world_size, "train_batch_size": engine.train_batch_size(),
-                  "gradient_accumulation_steps": engine.gradient_accumulation_steps()}
-        write_text_atomic(root / tag / MARKER, json.dumps({**asdict(progress), **layout}) + "\n")
-        write_text_atomic(root / "latest", tag + "\n")
-        for old in complete_tags(root)[:-keep]:
-            shutil.rmtree(root / old, ignore_errors=True)
+    path, superseded = root / tag, root / f".superseded-{tag}"
+    if dist.is_main and path.exists():
+        # This step's checkpoint from before a resume from an older one: none of its files (another world's
+        # shards, a universal conversion) may mix with the new ones; it goes once the new one is complete.
+        shutil.rmtree(superseded, ignore_errors=True)
+        os.replace(path, superseded)
     distributed.barrier()
-    return root / tag
+    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
+    torch.save(_rng_state(), path / f"rng_rank{dist.rank}.pt")
+    if dist.is_main:
+        about.config.save_pretrained(str(path / HF_DIR))
+        model_lib.save_tokenizer(about.tokenizer, path / HF_DIR)
+    # A collective: once rank 0 has every rank's digests, every rank's files are on disk.
+    parts = distributed.gather_to_rank0(manifest(path, dist.rank, dist.world_size, sync=True), dist)
+    if dist.is_main:
+        files = dict(sorted(kv for part in parts for kv in part.items()))
+        write_marker(path, {**asdict(progress), **_layout_record(engine, dist), "model": about.model,
+                            "fingerprint": about.fingerprint, "windows": about.windows}, files)
+        write_text_atomic(root / "latest", tag + "\n")
+        shutil.rmtree(superseded, ignore_errors=True)
+        prune(root, keep)
+    distributed.barrier()
+    return path
+
+
+def _layout_record(engine, dist):
+    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    return {"world_size": dist.world_size, "train_batch_size": engine.train_batch_size(),
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "zero_stage": engine.zero_optimization_stage(), "precision": precision}
 
 
 def complete_tags(root):
@@ -87,56 +222,94 @@ def complete_tags(root):
     return sorted(tags)
 
 
-def find(resume, output_dir):
-    """The checkpoint dir to resume from: None to start fresh (only with 'auto')."""
+def prune(root, keep):
+    """Delete the complete checkpoints older than the newest `keep` intact ones, damaged ones included;
+    intact here means every file there at its recorded size (nothing is read)."""
+    tags = complete_tags(root)
+    kept = [t for t in tags if damage(Path(root) / t, read=False) is None][-keep:]
+    for tag in tags:
+        if kept and tag < kept[-1] and tag not in kept:
+            shutil.rmtree(Path(root) / tag, ignore_errors=True)
+
+
+# --- find and load --------------------------------------------------------------------------------
+
+def layout(path):
+    """How the checkpoint at `path` was written, from its marker (and its file names)."""
+    marker = _marker(path) or {}
+    names = marker.get("files") or [p.name for p in Path(path).iterdir()]
+    fields = [f.name for f in dataclasses.fields(Layout) if f.name != "sharded"]
+    return Layout(**{k: marker.get(k) for k in fields}, sharded=any(_SHARD.search(n) for n in names))
+
+
+def find(resume, output_dir=None):
+    """The checkpoint to resume from, checked against its marker; None to start fresh (only with 'auto')."""
     if resume == "auto":
         root = checkpoint_root(output_dir)
-        tags = complete_tags(root) if root.is_dir() else []
-        return root / tags[-1] if tags else None
+        return _newest_intact(root, complete_tags(root) if root.is_dir() else [])
     path = Path(resume)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / MARKER).is_file():
         raise UserError(f"{resume}: not a complete checkpoint (no '{MARKER}' marker); "
                         f"use --resume auto to pick the newest complete one")
-    return path
+    problem = damage(path)
+    if problem:
+        raise UserError(f"{path}: damaged checkpoint: {problem}; resume from another one "
+                        f"(--resume auto takes the newest intact one)")
+    return Found(path, layout(path))
 
 
-def written_by(path):
-    """The checkpoint's world size, global batch and accumulation (None each for older checkpoints)."""
-    marker = json.loads((Path(path) / MARKER).read_text())
-    return tuple(marker.get(k) for k in ("world_size", "train_batch_size", "gradient_accumulation_steps"))
+def _newest_intact(root, tags):
+    damaged = []
+    for tag in reversed(tags):
+        problem = damage(root / tag)
+        if problem is None:
+            skipped = tuple(f"{root / t}: damaged checkpoint: {p}; resuming from {tag} instead" for t, p in damaged)
+            return Found(root / tag, layout(root / tag), skipped)
+        damaged.append((tag, problem))
+    if damaged:
+        tag, problem = damaged[0]
+        raise UserError(f"{root}: every complete checkpoint is damaged (the newest, {tag}: {problem}); "
+                        f"move them away to start afresh")
+    return None
 
 
-def adapt(ds_config, path, world_size):
-    """The DeepSpeed config to resume `path` with on `world_size` ranks: the checkpoint's global batch,
-    kept by gradient accumulation when the world size changed; a UserError where that cannot be."""
-    old_world, batch, _ = written_by(path)
-    if old_world in (None, world_size):
-        return ds_config
-    if any(Path(path).glob("*zero_pp_rank_*")):
-        raise UserError(f"{path}: written by {old_world} ranks, this run has {world_size}; its optimizer state is "
-                        f"split by rank (ZeRO), so resume it on {old_world} ranks, or start afresh in "
-                        f"another --output-dir")
-    micro = ds_config["train_micro_batch_size_per_gpu"]
-    if batch % (micro * world_size):
-        raise UserError(f"{path}: written by {old_world} ranks with a global batch of {batch}, which "
-                        f"{world_size} ranks x micro batch {micro} cannot keep by accumulation; resume on "
-                        f"{old_world} ranks, or on a number of ranks that divides {batch // micro}")
-    return dict(ds_config, gradient_accumulation_steps=batch // (micro * world_size), train_batch_size=batch)
+def check_matches(found, about):
+    """A UserError unless the checkpoint is of this run's model and windows (when its marker says)."""
+    marker = _marker(found.path)
+    if marker.get("fingerprint") not in (None, about.fingerprint):
+        raise UserError(f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
+                        f"vocabulary differ from --model {about.model}'s; resume it with that --model, or "
+                        f"start afresh in another --output-dir")
+    for key, value in marker.get("windows", {}).items():
+        if about.windows.get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{found.path}: written with {flag} {value}, this run has {about.windows.get(key)}: "
+                            f"its data position counts those windows; resume with {flag} {value}, or start "
+                            f"afresh in another --output-dir")
 
 
-def load(engine, path, dist):
-    """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state."""
-    path = Path(path)
-    load_path, client = engine.load_checkpoint(str(path.parent), tag=path.name)
+def load(engine, found, dist, source=None):
+    """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state. `source`:
+    the (directory, tag) DeepSpeed reads, where not the checkpoint itself (its universal conversion)."""
+    path = found.path
+    load_dir, tag = source or (path.parent, path.name)
+    hyper = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in engine.optimizer.param_groups]
+    load_path, client = engine.load_checkpoint(str(load_dir), tag=tag)
     if load_path is None:
         raise UserError(f"{path}: DeepSpeed could not load this checkpoint")
+    if engine.load_universal_checkpoint():
+        # DeepSpeed's ZeRO-3 universal load gives every group the first group's hyperparameters (weight
+        # decay on biases and LayerNorm; stage3.py, load_hp_checkpoint_state_from_checkpoint_dir_stage3).
+        for group, own in zip(engine.optimizer.param_groups, hyper):
+            group.update(own)
     rng_file = path / f"rng_rank{dist.rank}.pt"
     if rng_file.exists():  # absent for ranks the checkpoint's world did not have
         _set_rng_state(torch.load(rng_file, weights_only=True))
     progress = Progress(**client["progress"])
-    old_world, _, old_gas = written_by(path)
-    if old_world not in (None, dist.world_size):  # the same optimizer steps, counted in this world's micro batches
-        progress.batch_in_epoch = progress.batch_in_epoch // old_gas * engine.gradient_accumulation_steps()
+    old = found.layout
+    if old.world_size not in (None, dist.world_size):  # the same optimizer steps, counted in this world's micro batches
+        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * \
+            engine.gradient_accumulation_steps()
     return progress

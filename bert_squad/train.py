@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from bert_squad import cache, checkpoint, config, distributed, dsconfig, outputs, perf
+from bert_squad import cache, checkpoint, config, distributed, dsconfig, outputs, perf, universal
 from bert_squad import data as data_lib
 from bert_squad import model as model_lib
 from bert_squad.errors import UserError
@@ -34,7 +34,9 @@ class Inputs:
     dev_examples: Optional[data_lib.Examples]
     tokenizer: Any
     module: Any  # the transformers QA model, before DeepSpeed wraps it
-    resume_from: Optional[Path]
+    resume_from: Optional[checkpoint.Found]
+    resume_plan: Optional[universal.Plan]
+    about: checkpoint.About  # what the run's checkpoints record they are of
 
 
 @dataclass
@@ -84,8 +86,9 @@ def check_inputs(cfg):
                                  learning_rate=cfg.train.learning_rate)
     dsconfig.place_monitors(ds_config, ds_path, cfg.data.output_dir)
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    resume_plan = universal.plan(resume_from.layout, dist.world_size, ds_config) if resume_from else None
     if resume_from:
-        ds_config = checkpoint.adapt(ds_config, resume_from, dist.world_size)
+        ds_config = universal.configure(ds_config, resume_plan, resume_from.path)
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
     import transformers
@@ -94,8 +97,13 @@ def check_inputs(cfg):
     module = model_lib.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_ex.version_2
+    about = checkpoint.about(cfg.data.model, module, tokenizer, cfg.windows)
+    if resume_from:
+        checkpoint.check_matches(resume_from, about)
     check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
-    return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
+    for line in resume_from.skipped if resume_from else ():
+        log(dist, line)
+    return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from, resume_plan, about)
 
 
 def train(cfg, inputs, device):
@@ -160,16 +168,12 @@ def build(cfg, inputs, device):
 
 def resume(engine, inputs):
     """Where training continues: the checkpoint's position (weights and optimizer loaded), or the start."""
-    dist, path = inputs.dist, inputs.resume_from
-    if not path:
+    dist, found = inputs.dist, inputs.resume_from
+    if not found:
         return checkpoint.Progress()
-    progress = checkpoint.load(engine, path, dist)
-    log(dist, f"resumed from {path} at step {progress.step}")
-    old_world = checkpoint.written_by(path)[0]
-    if old_world not in (None, dist.world_size):
-        log(dist, f"note: the checkpoint was written by {old_world} ranks, this run has {dist.world_size}: "
-                  f"gradient accumulation {engine.gradient_accumulation_steps()} keeps its global batch of "
-                  f"{engine.train_batch_size()}; from here the batches and dropout differ from an uninterrupted run")
+    load_dir, tag, note = universal.prepare(found.path, inputs.resume_plan, dist)
+    progress = checkpoint.load(engine, found, dist, (load_dir, tag))
+    log(dist, universal.describe(found, progress, inputs.resume_plan, dist.world_size, note))
     return progress
 
 
@@ -217,12 +221,12 @@ def loop(run, cfg, inputs, device, show_bar):
                 evaluate_now(run, cfg, inputs, device)
             # checkpoint, and stop when any rank was asked to
             if distributed.any_rank(stop.requested):
-                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
+                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist, inputs.about)
                 log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
                           f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
                 return EXIT_STOPPED
             if cfg.faults.checkpoint_every and progress.step % cfg.faults.checkpoint_every == 0:
-                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist)
+                checkpoint.save(engine, cfg.data.output_dir, progress, cfg.faults.keep_checkpoints, dist, inputs.about)
             bar.advance(progress.step, run.last_rates)
     return 0
 
@@ -390,8 +394,10 @@ def quiet_libraries(debug):
     from deepspeed.utils import logger as ds_logger
 
     ds_logger.setLevel(logging.INFO if debug else logging.WARNING)
-    # DeepSpeed's warmup schedulers ask themselves for a rate while being built and warn about it, every run.
-    ds_logger.addFilter(lambda record: "scheduler before it has started" not in record.getMessage())
+    # DeepSpeed's warmup schedulers ask themselves for a rate while being built and warn about it, every run;
+    # every load of a universal checkpoint warns that no tensor parallelism was given (there is none here).
+    noise = ("scheduler before it has started", "MPU is not provided")
+    ds_logger.addFilter(lambda record: not any(n in record.getMessage() for n in noise))
     warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
     datasets.utils.logging.set_verbosity_warning()
     datasets.disable_progress_bars()

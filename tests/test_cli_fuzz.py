@@ -25,7 +25,7 @@ from bert_squad import cli, distributed, viewer
 from conftest import PYTHON, ROOT
 
 NEVER = {"--submit", "--download-only", "--debug", "--help", "-h"}
-TEMP_MARKS = (".tmp", ".export-", ".write-test-")
+TEMP_MARKS = (".tmp", ".export-", ".write-test-", ".universal-")
 
 
 class Captured(Exception):
