@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "score": "bert_squad.score",
     "evaluate": "bert_squad.evaluate",
     "answer": "bert_squad.answer",
+    "export": "bert_squad.export",
     "check-cache": "bert_squad.cache",
     "launch": "bert_squad.cluster.launch",
     "sweep": "bert_squad.cluster.sweep",

@@ -167,7 +167,7 @@ def training_parser():
     p = argparse.ArgumentParser(
         prog="bert-squad",
         description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
-                    "score, evaluate, answer, launch, sweep, summarize, check-cache (bert-squad CMD --help).")
+                    "score, evaluate, answer, export, launch, sweep, summarize, check-cache (bert-squad CMD --help).")
     for cls in (DataConfig, WindowConfig, AnswerConfig, TrainConfig, FaultConfig, SpeedConfig):
         add_options(p, cls)
     p.add_argument("--debug", action="store_true", help="tracebacks and DeepSpeed's info logging")

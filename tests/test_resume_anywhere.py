@@ -1,5 +1,5 @@
-"""Resume anywhere: a checkpoint of any ZeRO stage resumed on another number of ranks, and damaged
-checkpoints passed over.
+"""Resume anywhere: a checkpoint of any ZeRO stage resumed on another number of ranks, damaged
+checkpoints passed over, and the Hugging Face model of any checkpoint.
 
 Runs go through tests/state_tap.py, which writes what the engine holds right before each save and
 right after each load: "loaded what was saved" is checked tensor for tensor on the real training.
@@ -222,6 +222,32 @@ def test_the_resumed_runs_finish_and_export(chain):
 
 
 @pytest.mark.slow
+def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, sample_dev):
+    """`bert-squad export` of the step-6 checkpoint (2 ranks wrote it) in one process gives the run's
+    final export: the same weights, config and logits; evaluate and answer take it."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    export = tmp_path / "export"
+    r = run_bert_squad("export", "--checkpoint", checkpoint_root(chain.out), "--output-dir", export, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert same_weights(export, chain.out)
+    assert json.loads((export / "config.json").read_text()) == json.loads((chain.out / "config.json").read_text())
+    tok = AutoTokenizer.from_pretrained(export)
+    enc = tok("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
+    with torch.no_grad():
+        ours, theirs = (AutoModelForQuestionAnswering.from_pretrained(d).eval()(**enc) for d in (export, chain.out))
+    assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
+    if chain.name != "zero3_bf16":
+        return
+    r = run_bert_squad("evaluate", "--model-dir", export, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
+                       "--cache-dir", tmp_path / "cache", *WINDOWS, timeout=300)
+    assert r.returncode == 0 and '"exact_match"' in r.stdout, r.stderr[-3000:]
+    answers = [run_bert_squad("answer", "--model-dir", d, "--question", "Where was Ada Novak born?", "--context",
+                              "Ada Novak was born in Lugano in 1834.", "--json", timeout=300) for d in (export, chain.out)]
+    assert answers[0].returncode == 0 and answers[0].stdout == answers[1].stdout, answers[0].stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_a_conversion_is_reused_and_redone_when_damaged(chain):
     if not chain.name.startswith("zero"):
         pytest.skip("ZeRO-0 checkpoints need no conversion")
@@ -288,6 +314,15 @@ def test_a_damaged_checkpoint_is_passed_over(damage, two_checkpoints, tiny_model
 
 
 # --- bad input: one line, exit 2, nothing written --------------------------------------------------
+
+@pytest.mark.slow
+def test_export_of_what_is_not_a_checkpoint(tiny_model, tmp_path):
+    r = run_bert_squad("export", "--checkpoint", tiny_model, "--output-dir", tmp_path / "export", timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (f"bert-squad export: error: {tiny_model}: not a complete "
+                                                      f"checkpoint (no '{MARKER}' marker); use --resume auto to "
+                                                      f"pick the newest complete one")
+    assert not (tmp_path / "export").exists()
+
 
 @pytest.fixture(scope="module")
 def tiny_distilbert(tmp_path_factory):

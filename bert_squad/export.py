@@ -1,0 +1,87 @@
+"""`bert-squad export --checkpoint DIR --output-dir OUT`: the Hugging Face model of any checkpoint.
+
+A run killed before its end leaves only DeepSpeed checkpoints, which no Hugging Face tool opens. This
+writes, from one of them, the export a finished run writes (safetensors, the config with the QA head,
+the tokenizer), in one process on a CPU, whatever ZeRO stage and number of ranks wrote it. Each
+checkpoint holds the model's config and tokenizer itself (`hf/`), so neither the model directory the
+run started from (a hub cache may have been purged, or be on another machine) nor the ranks are needed.
+
+The weights are the ones the run would have exported at that step: ZeRO stages 0-2 keep the whole
+model in `mp_rank_00_model_states.pt`, in the training precision; ZeRO-3 keeps only fp32 shards, which
+DeepSpeed's zero_to_fp32 gathers, rounded here to the training precision as the run's parameters are.
+"""
+
+import argparse
+import contextlib
+import io
+from pathlib import Path
+
+from bert_squad import checkpoint
+from bert_squad import model as model_lib
+from bert_squad.errors import UserError
+
+WHOLE_MODEL = "mp_rank_00_model_states.pt"  # DeepSpeed's file of the whole model, ZeRO stages 0-2
+
+
+def main(argv):
+    """`bert-squad export`: write the Hugging Face model of a checkpoint."""
+    p = argparse.ArgumentParser(prog="bert-squad export", description=main.__doc__)
+    p.add_argument("--checkpoint", required=True,
+                   help="a checkpoint (<output-dir>/checkpoints/step<N>), or <output-dir>/checkpoints for its latest")
+    p.add_argument("--output-dir", required=True, help="where the model and tokenizer go")
+    p.add_argument("--debug", action="store_true")
+    args = p.parse_args(argv)
+    found = checkpoint.find(args.checkpoint)
+    hf = found.path / checkpoint.HF_DIR
+    if not (hf / "config.json").is_file():
+        raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
+                        f"older bert-squad; resume it with --resume and let the run finish to export it")
+    model_lib.go_offline()
+    tokenizer = model_lib.load_tokenizer(hf)
+    module = _empty_model(hf).to(training_dtype(found.layout))  # as the run's model was: its config says so
+    state = weights(found)
+    missing = sorted(set(module.state_dict()) - set(state))
+    if missing:
+        raise UserError(f"{found.path}: its weights lack {missing[0]} of the model its config describes")
+    out = Path(args.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{out}: output dir cannot be written ({err.strerror})") from None
+    model_lib.export(module, state, tokenizer, out)
+    print(f"exported {found.path} to {out}")
+    return 0
+
+
+def _empty_model(hf):
+    """The QA model its config describes (randomly initialised: its weights come from the checkpoint)."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    config = AutoConfig.from_pretrained(str(hf))
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return AutoModelForQuestionAnswering.from_config(config)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def weights(found):
+    """The model's weights at the checkpoint, as the run held them, on the CPU."""
+    import torch
+
+    path = found.path
+    if (path / WHOLE_MODEL).is_file():
+        return torch.load(path / WHOLE_MODEL, map_location="cpu", weights_only=False)["module"]
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints what it reads
+        state = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
+    return {name: tensor.to(training_dtype(found.layout)) for name, tensor in state.items()}
+
+
+def training_dtype(layout):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision, torch.float32)
