@@ -23,6 +23,7 @@ import os
 import random
 import re
 import shutil
+import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -151,10 +152,12 @@ def manifest(directory, rank=0, world_size=1, sync=False):
 
 
 def _marker(path):
+    """The marker's record; None where it cannot be read as one."""
     try:
-        return json.loads((Path(path) / MARKER).read_text())
+        record = json.loads((Path(path) / MARKER).read_text())
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
 
 
 def damage(path, read=True):
@@ -192,17 +195,21 @@ def save(engine, output_dir, progress, keep, dist, about):
         shutil.rmtree(superseded, ignore_errors=True)
         os.replace(path, superseded)
     distributed.barrier()
+    t0 = time.perf_counter()
     engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
     torch.save(_rng_state(), path / f"rng_rank{dist.rank}.pt")
     if dist.is_main:
         about.config.save_pretrained(str(path / HF_DIR))
         model_lib.save_tokenizer(about.tokenizer, path / HF_DIR)
+    t1 = time.perf_counter()
+    mine = manifest(path, dist.rank, dist.world_size, sync=True)
     # A collective: once rank 0 has every rank's digests, every rank's files are on disk.
-    parts = distributed.gather_to_rank0(manifest(path, dist.rank, dist.world_size, sync=True), dist)
+    parts = distributed.gather_to_rank0((mine, t1 - t0, time.perf_counter() - t1), dist)
     if dist.is_main:
-        files = dict(sorted(kv for part in parts for kv in part.items()))
+        files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
+        seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
         write_marker(path, {**asdict(progress), **_layout_record(engine, dist), "model": about.model,
-                            "fingerprint": about.fingerprint, "windows": about.windows}, files)
+                            "fingerprint": about.fingerprint, "windows": about.windows, "seconds": seconds}, files)
         write_text_atomic(root / "latest", tag + "\n")
         shutil.rmtree(superseded, ignore_errors=True)
         prune(root, keep)
