@@ -249,21 +249,25 @@ def layout(path):
     return Layout(**{k: marker.get(k) for k in fields}, sharded=any(_SHARD.search(n) for n in names))
 
 
-def find(resume, output_dir=None):
-    """The checkpoint to resume from, checked against its marker; None to start fresh (only with 'auto')."""
+def find(resume, output_dir):
+    """The checkpoint `--resume` names, checked against its marker; None to start fresh (only with 'auto')."""
     if resume == "auto":
         root = checkpoint_root(output_dir)
         return _newest_intact(root, complete_tags(root) if root.is_dir() else [])
-    path = Path(resume)
+    return at(resume, hint="; use --resume auto to pick the newest complete one")
+
+
+def at(where, hint=""):
+    """The checkpoint at `where` (a step<N> directory, or one with `latest`), checked against its marker."""
+    path = Path(where)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / MARKER).is_file():
-        raise UserError(f"{resume}: not a complete checkpoint (no '{MARKER}' marker); "
-                        f"use --resume auto to pick the newest complete one")
+        raise UserError(f"{where}: not a complete checkpoint (no '{MARKER}' marker){hint}")
     problem = damage(path)
     if problem:
-        raise UserError(f"{path}: damaged checkpoint: {problem}; resume from another one "
-                        f"(--resume auto takes the newest intact one)")
+        raise UserError(f"{path}: damaged checkpoint: {problem}; take another one (--resume auto takes the "
+                        f"newest intact one)")
     return Found(path, layout(path))
 
 

@@ -31,7 +31,7 @@ def main(argv):
     p.add_argument("--output-dir", required=True, help="where the model and tokenizer go")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
-    found = checkpoint.find(args.checkpoint)
+    found = checkpoint.at(args.checkpoint)
     hf = found.path / checkpoint.HF_DIR
     if not (hf / "config.json").is_file():
         raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
