@@ -1,49 +1,50 @@
-"""DeepSpeed checkpoints that survive crashes, time limits and preemption.
+"""DeepSpeed checkpoints that survive crashes, time limits, preemption and damage.
 
-A checkpoint is `<output-dir>/checkpoints/step<N>/`, written by DeepSpeed on every rank plus one RNG
-file per rank and, last, a `complete` marker from rank 0 that also records the world size and batch.
-`latest` is replaced atomically only after the marker exists, so a crash mid-save leaves the previous
-checkpoint as the one to resume from.
+A checkpoint is `<output-dir>/checkpoints/step<N>/`: DeepSpeed's files from every rank, one RNG file
+per rank, `hf/` (the model's config and tokenizer: with the weights, all an export needs) and, last,
+a `complete` marker from rank 0. The marker records the progress, how the checkpoint was written
+(world size, batch, ZeRO stage, precision), what it is of (model fingerprint, windows) and every file
+with its size and CRC-32, computed by the rank that wrote the file right after writing it (and
+fsynced first: "complete" means on disk). `latest` is replaced atomically only after the marker
+exists, so a crash mid-save leaves the previous checkpoint as the one to resume from.
 
-A checkpoint is found once (`find`), with the layout its marker records; `dsconfig.resumed_batch` decides
-from that layout how it resumes on another world size (a node lost, fewer ranks). From there on its
-batches and dropout are not those of an uninterrupted run.
+Damage after the marker (a scratch quota full mid-copy, a truncated file, a purged shard) is found
+before DeepSpeed reads anything: `find` checks a checkpoint against its marker, and `--resume auto`
+falls back to the one before. Older checkpoints are deleted only after a newer one is complete, and
+`--keep-checkpoints` counts intact ones.
+
+Resuming on another number of ranks is universal.py's part.
 """
 
+from __future__ import annotations
+
+import dataclasses
+import hashlib
 import json
+import os
 import random
 import re
 import shutil
+import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
 
-from bert_squad import distributed
+from bert_squad import distributed, model
 from bert_squad.errors import UserError
-from bert_squad.files import read_json, write_text_atomic
+from bert_squad.files import write_text_atomic
+
+if TYPE_CHECKING:  # transformers loads with the model, not for the commands that only read checkpoints
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 MARKER = "complete"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a checkpoint was written: what resuming it on another world size depends on."""
-
-    world_size: Optional[int]  # None for checkpoints older than this record
-    train_batch_size: Optional[int]
-    accumulation: Optional[int]
-    sharded: bool  # DeepSpeed split the optimizer state by rank (zero_pp_rank files: ZeRO 1-3, bf16 on GPUs)
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A complete checkpoint directory and its layout, read once."""
-
-    path: Path
-    layout: Layout
+HF_DIR = "hf"
+_CHUNK = 16 << 20
+_SHARD = re.compile(r"zero_pp_rank_\d+_mp_rank_\d+_optim_states\.pt$")
 
 
 @dataclass
@@ -53,6 +54,47 @@ class Progress:
     step: int = 0  # optimizer steps done
     epoch: int = 0
     batch_in_epoch: int = 0  # micro batches of `epoch` already consumed on this rank
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a checkpoint was written: what resuming it on another world size depends on (None: written
+    before the marker recorded it)."""
+
+    world_size: Optional[int] = None
+    train_batch_size: Optional[int] = None
+    gradient_accumulation_steps: Optional[int] = None
+    zero_stage: Optional[int] = None
+    precision: Optional[str] = None
+    sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint to resume from, checked against its marker."""
+
+    path: Path
+    layout: Layout
+    skipped: tuple = ()  # one line for each newer checkpoint passed over as damaged
+
+
+@dataclass(frozen=True)
+class About:
+    """What a run's checkpoints are of: recorded in each marker and checked when resuming."""
+
+    model: str  # --model as given, for messages
+    fingerprint: str  # parameter names and shapes, and the tokenizer's vocabulary
+    windows: dict  # the window options the data position counts in
+    config: PretrainedConfig  # written with the tokenizer into hf/
+    tokenizer: PreTrainedTokenizerBase
+
+
+def about(model_name, module, tokenizer, windows):
+    """What checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows` are of."""
+    shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
+    vocab = sorted(tokenizer.get_vocab().items())
+    fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
+    return About(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer)
 
 
 def checkpoint_root(output_dir):
@@ -82,21 +124,109 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(engine, output_dir, progress, keep, dist):
+# --- the file list in the marker -----------------------------------------------------------------
+
+def _digest(path, sync=False):
+    """[size, CRC-32] of a file (zlib's CRC: a fraction of what writing the file cost); with `sync`,
+    flushed to disk first."""
+    crc = size = 0
+    with open(path, "rb") as f:
+        if sync:
+            os.fsync(f.fileno())
+        while chunk := f.read(_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return [size, crc]
+
+
+def _files(directory):
+    """Every file below `directory` but its marker, as paths relative to it."""
+    directory = Path(directory)
+    names = (p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    return sorted(n for n in names if n != MARKER)
+
+
+def _writer(name):
+    """The rank that wrote a file: DeepSpeed and `save` name per-rank files by rank; the rest is rank 0's."""
+    m = re.search(r"(?:zero_pp_rank_|rng_rank)(\d+)", name)
+    return int(m.group(1)) if m else 0
+
+
+def manifest(directory, rank=0, world_size=1, sync=False):
+    """{file: [size, crc]} of the files of `directory` that `rank` of `world_size` wrote (all, by default)."""
+    return {n: _digest(Path(directory) / n, sync) for n in _files(directory) if _writer(n) % world_size == rank}
+
+
+def _marker(path):
+    """The marker's record; None where it cannot be read as one."""
+    try:
+        record = json.loads((Path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def damage(path, read=True):
+    """What is wrong with the checkpoint at `path`, compared with its marker: a few words that name the
+    file, or None when it is intact (or its marker predates file lists). `read=False` checks sizes only."""
+    marker = _marker(path)
+    if marker is None:
+        return f"its '{MARKER}' marker is unreadable"
+    for name, (size, crc) in marker.get("files", {}).items():
+        f = Path(path) / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} is {f.stat().st_size} bytes, the marker recorded {size}"
+        if read and _digest(f)[1] != crc:
+            return f"{name} differs from the marker's checksum"
+    return None
+
+
+def write_marker(path, record, files):
+    write_text_atomic(Path(path) / MARKER, json.dumps({**record, "files": files}) + "\n")
+
+
+# --- save -----------------------------------------------------------------------------------------
+
+def save(engine, output_dir, progress, keep, dist, about):
+    """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
+    `latest` at it and deletes the checkpoints `keep` no longer covers."""
     root = checkpoint_root(output_dir)
     tag = f"step{progress.step:08d}"
-    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
-    torch.save(_rng_state(), root / tag / f"rng_rank{dist.rank}.pt")
-    distributed.barrier()  # every rank's files are on disk before the marker says so
-    if dist.is_main:
-        layout = {"world_size": dist.world_size, "train_batch_size": engine.train_batch_size(),
-                  "gradient_accumulation_steps": engine.gradient_accumulation_steps()}
-        write_text_atomic(root / tag / MARKER, json.dumps({**asdict(progress), **layout}) + "\n")
-        write_text_atomic(root / "latest", tag + "\n")
-        for old in complete_tags(root)[:-keep]:
-            shutil.rmtree(root / old, ignore_errors=True)
+    path, superseded = root / tag, root / f".superseded-{tag}"
+    if dist.is_main and path.exists():
+        # This step's checkpoint from before a resume from an older one: none of its files (another world's
+        # shards, a universal conversion) may mix with the new ones; it goes once the new one is complete.
+        shutil.rmtree(superseded, ignore_errors=True)
+        os.replace(path, superseded)
     distributed.barrier()
-    return root / tag
+    t0 = time.perf_counter()
+    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
+    torch.save(_rng_state(), path / f"rng_rank{dist.rank}.pt")
+    if dist.is_main:
+        about.config.save_pretrained(str(path / HF_DIR))
+        model.save_tokenizer(about.tokenizer, path / HF_DIR)
+    t1 = time.perf_counter()
+    mine = manifest(path, dist.rank, dist.world_size, sync=True)
+    # A collective: once rank 0 has every rank's digests, every rank's files are on disk.
+    parts = distributed.gather_to_rank0((mine, t1 - t0, time.perf_counter() - t1), dist)
+    if dist.is_main:
+        files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
+        seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
+        write_marker(path, {**asdict(progress), **_layout_record(engine, dist), "model": about.model,
+                            "fingerprint": about.fingerprint, "windows": about.windows, "seconds": seconds}, files)
+        write_text_atomic(root / "latest", tag + "\n")
+        shutil.rmtree(superseded, ignore_errors=True)
+        prune(root, keep)
+    distributed.barrier()
+    return path
+
+
+def _layout_record(engine, dist):
+    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    return {"world_size": dist.world_size, "train_batch_size": engine.train_batch_size(),
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "zero_stage": engine.zero_optimization_stage(), "precision": precision}
 
 
 def complete_tags(root):
@@ -104,38 +234,98 @@ def complete_tags(root):
     return sorted(tags)
 
 
-def _read(path):
-    marker = read_json(path / MARKER, what="a checkpoint marker")
-    layout = Layout(marker.get("world_size"), marker.get("train_batch_size"),
-                    marker.get("gradient_accumulation_steps"), any(path.glob("*zero_pp_rank_*")))
-    return Checkpoint(path, layout)
+def prune(root, keep):
+    """Delete the complete checkpoints older than the newest `keep` intact ones, damaged ones included;
+    intact here means every file there at its recorded size (nothing is read)."""
+    tags = complete_tags(root)
+    kept = [t for t in tags if damage(Path(root) / t, read=False) is None][-keep:]
+    for tag in tags:
+        if kept and tag < kept[-1] and tag not in kept:
+            shutil.rmtree(Path(root) / tag, ignore_errors=True)
+
+
+# --- find and load --------------------------------------------------------------------------------
+
+def layout(path):
+    """How the checkpoint at `path` was written, from its marker (and its file names)."""
+    marker = _marker(path) or {}
+    names = marker.get("files") or [p.name for p in Path(path).iterdir()]
+    fields = [f.name for f in dataclasses.fields(Layout) if f.name != "sharded"]
+    return Layout(**{k: marker.get(k) for k in fields}, sharded=any(_SHARD.search(n) for n in names))
 
 
 def find(resume, output_dir):
-    """The checkpoint to resume from: None to start fresh (only with 'auto')."""
+    """The checkpoint `--resume` names, checked against its marker; None to start fresh (only with 'auto')."""
     if resume == "auto":
         root = checkpoint_root(output_dir)
-        tags = complete_tags(root) if root.is_dir() else []
-        return _read(root / tags[-1]) if tags else None
-    path = Path(resume)
+        return _newest_intact(root, complete_tags(root) if root.is_dir() else [])
+    return at(resume, hint="; use --resume auto to pick the newest complete one")
+
+
+def at(where, hint=""):
+    """The checkpoint at `where` (a step<N> directory, or one with `latest`), checked against its marker."""
+    path = Path(where)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / MARKER).is_file():
-        raise UserError(f"{resume}: not a complete checkpoint (no '{MARKER}' marker); "
-                        f"use --resume auto to pick the newest complete one")
-    return _read(path)
+        raise UserError(f"{where}: not a complete checkpoint (no '{MARKER}' marker){hint}")
+    problem = damage(path)
+    if problem:
+        raise UserError(f"{path}: damaged checkpoint: {problem}; take another one (--resume auto takes the "
+                        f"newest intact one)")
+    return Found(path, layout(path))
 
 
-def load(engine, checkpoint, dist):
-    """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state."""
-    path, layout = checkpoint.path, checkpoint.layout
-    load_path, client = engine.load_checkpoint(str(path.parent), tag=path.name)
+def _newest_intact(root, tags):
+    damaged = []
+    for tag in reversed(tags):
+        problem = damage(root / tag)
+        if problem is None:
+            skipped = tuple(f"{root / t}: damaged checkpoint: {p}; resuming from {tag} instead" for t, p in damaged)
+            return Found(root / tag, layout(root / tag), skipped)
+        damaged.append((tag, problem))
+    if damaged:
+        tag, problem = damaged[0]
+        raise UserError(f"{root}: every complete checkpoint is damaged (the newest, {tag}: {problem}); "
+                        f"move them away to start afresh")
+    return None
+
+
+def check_matches(found, about):
+    """A UserError unless the checkpoint is of this run's model and windows (when its marker says)."""
+    marker = _marker(found.path)
+    if marker.get("fingerprint") not in (None, about.fingerprint):
+        raise UserError(f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
+                        f"vocabulary differ from --model {about.model}'s; resume it with that --model, or "
+                        f"start afresh in another --output-dir")
+    for key, value in marker.get("windows", {}).items():
+        if about.windows.get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{found.path}: written with {flag} {value}, this run has {about.windows.get(key)}: "
+                            f"its data position counts those windows; resume with {flag} {value}, or start "
+                            f"afresh in another --output-dir")
+
+
+def load(engine, found, dist, source=None):
+    """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state. `source`:
+    the (directory, tag) DeepSpeed reads, where not the checkpoint itself (its universal conversion)."""
+    path = found.path
+    load_dir, tag = source or (path.parent, path.name)
+    hyper = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in engine.optimizer.param_groups]
+    load_path, client = engine.load_checkpoint(str(load_dir), tag=tag)
     if load_path is None:
         raise UserError(f"{path}: DeepSpeed could not load this checkpoint")
+    if engine.load_universal_checkpoint():
+        # DeepSpeed's ZeRO-3 universal load gives every group the first group's hyperparameters (weight
+        # decay on biases and LayerNorm; stage3.py, load_hp_checkpoint_state_from_checkpoint_dir_stage3).
+        for group, own in zip(engine.optimizer.param_groups, hyper):
+            group.update(own)
     rng_file = path / f"rng_rank{dist.rank}.pt"
     if rng_file.exists():  # absent for ranks the checkpoint's world did not have
         _set_rng_state(torch.load(rng_file, weights_only=True))
     progress = Progress(**client["progress"])
-    if layout.world_size not in (None, dist.world_size):  # the same steps, counted in this world's micro batches
-        progress.batch_in_epoch = progress.batch_in_epoch // layout.accumulation * engine.gradient_accumulation_steps()
+    old = found.layout
+    if old.world_size not in (None, dist.world_size):  # the same optimizer steps, counted in this world's micro batches
+        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * \
+            engine.gradient_accumulation_steps()
     return progress

@@ -190,6 +190,15 @@ def gather_to_rank0(obj, dist):
     return out
 
 
+def broadcast_from_rank0(obj):
+    """Rank 0's Python object, on every rank."""
+    if not is_initialized():
+        return obj
+    box = [obj]
+    td.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def backend():
     return td.get_backend() if is_initialized() else "none"
 

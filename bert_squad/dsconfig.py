@@ -11,9 +11,12 @@ the global `train_batch_size` is derived as micro x accumulation x world size. A
 `train_batch_size` must agree with that product for the current world size, or the run stops with an
 error naming the keys. Scheduler values written "auto" are filled in from the run's length and lr.
 
-Resume rule: a checkpoint written by another world size keeps its global batch, by gradient accumulation
-(its micro batch stays the config's); a world that cannot keep it, or a checkpoint whose optimizer state
-DeepSpeed split by rank, is refused in one line.
+Resume rule (`resume_plan`): a checkpoint written by another world size keeps its global batch, by gradient
+accumulation (its micro batch stays the config's). ZeRO stage 0 keeps the whole optimizer state in one file
+every rank loads, so it resumes as it is; ZeRO 1-3 split it by rank, so it resumes through DeepSpeed's
+universal checkpoint (`universal` converts it once; the finished config sets `checkpoint.load_universal`).
+A world that cannot keep the batch, another stage or precision than the checkpoint's, or an optimizer
+offloaded to NVMe (DeepSpeed loads no universal checkpoint then) is refused in one line.
 """
 
 import difflib
@@ -124,6 +127,19 @@ class Batch:
         return self.micro * self.accumulation * self.world_size
 
 
+# How a checkpoint resumes: in the world it was written in; its whole optimizer state in another world, the
+# batch kept by accumulation; its ZeRO shards through a universal checkpoint, likewise.
+AS_IS, ACCUMULATE, UNIVERSAL = "as is", "accumulate", "universal"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How the checkpoint a run continues resumes in its world, and with which batch."""
+
+    action: str  # AS_IS, ACCUMULATE or UNIVERSAL
+    batch: Batch
+
+
 @dataclass(frozen=True)
 class DeepSpeedConfig:
     """The config the engine is built with, finished: what it holds cannot change."""
@@ -148,6 +164,7 @@ class Settings:
     batch: Batch
     learning_rate: Optional[float]  # the optimizer's, after --learning-rate
     monitor_dir: Path  # where file monitors without an output_path write
+    resume: Optional[Resume] = None  # how the checkpoint the run continues resumes (its batch is `batch`)
 
     def finish(self, total_steps, warmup_ratio):
         """The finished config of a run of `total_steps` optimizer steps."""
@@ -161,6 +178,8 @@ class Settings:
                  "warmup_max_lr": self.learning_rate}
         params = cfg.get("scheduler", {}).get("params", {})
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
+        if self.resume is not None and self.resume.action == UNIVERSAL:
+            cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
         return DeepSpeedConfig(self.path, self.batch, precision(cfg), zero_stage(cfg), json.dumps(cfg, indent=2))
 
 
@@ -230,26 +249,36 @@ def _check_with_deepspeed(cfg, path):
         raise UserError(f"{path}: DeepSpeed refuses it: {reason}") from None
 
 
-def resumed_batch(batch, layout, path):
-    """The batch that resumes checkpoint `path` (written with `layout`, a `checkpoint.Layout`) in this world:
-    its global batch, kept by accumulation when the world size changed."""
+def resume_plan(layout, batch, cfg, path):
+    """How checkpoint `path`, written as `layout` (a `checkpoint.Layout`), resumes with `batch` and the
+    config `cfg`; a UserError naming both sides where it cannot."""
+    stage, bits = zero_stage(cfg), precision(cfg)
+    if (layout.zero_stage, layout.precision) not in ((None, None), (stage, bits)):
+        raise UserError(f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
+                        f"DeepSpeed config has stage {stage} in {bits}; resume with the config it was written with")
     if layout.world_size in (None, batch.world_size):
-        return batch
-    if layout.sharded:
-        raise UserError(f"{path}: written by {layout.world_size} ranks, this run has {batch.world_size}; its "
-                        f"optimizer state is split by rank (ZeRO), so resume it on {layout.world_size} ranks, or "
-                        f"start afresh in another --output-dir")
+        return Resume(AS_IS, batch)
+    old, new = ranks(layout.world_size), ranks(batch.world_size)
     if layout.train_batch_size % (batch.micro * batch.world_size):
-        raise UserError(f"{path}: written by {layout.world_size} ranks with a global batch of "
-                        f"{layout.train_batch_size}, which {batch.world_size} ranks x micro batch {batch.micro} "
-                        f"cannot keep by accumulation; resume on {layout.world_size} ranks, or on a number of "
-                        f"ranks that divides {layout.train_batch_size // batch.micro}")
-    return replace(batch, accumulation=layout.train_batch_size // (batch.micro * batch.world_size))
+        raise UserError(f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which {new} x "
+                        f"micro batch {batch.micro} cannot keep by accumulation; resume on {old}, or on a number "
+                        f"of ranks that divides {layout.train_batch_size // batch.micro}")
+    if layout.sharded and cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "nvme":
+        raise UserError(f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
+                        f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
+                        f"resume on {old}")
+    kept = replace(batch, accumulation=layout.train_batch_size // (batch.micro * batch.world_size))
+    return Resume(UNIVERSAL if layout.sharded else ACCUMULATE, kept)
+
+
+def ranks(n):
+    """'1 rank', '4 ranks': how messages count ranks."""
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir=".", resumed=None):
     """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided;
-    `resumed` is the `checkpoint.Checkpoint` the run continues, if any."""
+    `resumed` is the `checkpoint.Found` the run continues, if any."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
             raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
@@ -263,10 +292,10 @@ def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="
                            "train_micro_batch_size_per_gpu": batch.micro,
                            "gradient_accumulation_steps": batch.accumulation}, path)
     _check_monitors(cfg, path)
-    if resumed is not None:
-        batch = resumed_batch(batch, resumed.layout, resumed.path)
+    resume = resume_plan(resumed.layout, batch, cfg, resumed.path) if resumed is not None else None
     lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    return Settings(Path(path), json.dumps(cfg), batch, lr, Path(output_dir) / "monitor")
+    return Settings(Path(path), json.dumps(cfg), resume.batch if resume else batch, lr, Path(output_dir) / "monitor",
+                    resume)
 
 
 def precision(cfg):

@@ -75,11 +75,16 @@ def export(module, state, tokenizer, out_dir):
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
     module.save_pretrained(str(tmp), state_dict=state)
-    tokenizer.save_pretrained(str(tmp))
-    _portable_tokenizer_class(tmp / "tokenizer_config.json")
+    save_tokenizer(tokenizer, tmp)
     for f in tmp.iterdir():
         os.replace(f, out_dir / f.name)
     tmp.rmdir()
+
+
+def save_tokenizer(tokenizer, out_dir):
+    """The tokenizer's files in `out_dir`, loadable under transformers 4.x and 5.x."""
+    tokenizer.save_pretrained(str(out_dir))
+    _portable_tokenizer_class(Path(out_dir) / "tokenizer_config.json")
 
 
 def _portable_tokenizer_class(path):

@@ -8,7 +8,7 @@ import os
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bert_squad import distributed, perf
+from bert_squad import distributed, dsconfig, perf
 
 
 def log(dist, msg):
@@ -42,15 +42,17 @@ def plan_line(total_steps, steps_per_epoch, ds_config, device_name):
             f"device {device_name}")
 
 
-def resumed_lines(checkpoint, step, batch):
-    """What resuming did, and what differs from an uninterrupted run when the world size changed."""
-    lines = [f"resumed from {checkpoint.path} at step {step}"]
-    old_world = checkpoint.layout.world_size
-    if old_world not in (None, batch.world_size):
-        lines.append(f"note: the checkpoint was written by {old_world} ranks, this run has {batch.world_size}: "
-                     f"gradient accumulation {batch.accumulation} keeps its global batch of {batch.size}; from "
-                     f"here the batches and dropout differ from an uninterrupted run")
-    return lines
+def resumed_line(found, step, resume, note):
+    """A resume's line: from where, and how a changed world size was met (`resume` is a `dsconfig.Resume`,
+    `note` what the universal conversion did)."""
+    line = f"resumed from {found.path} at step {step}"
+    if resume.action == dsconfig.AS_IS:
+        return line
+    how = f"universal checkpoint ({note})" if resume.action == dsconfig.UNIVERSAL else \
+        "optimizer state whole (ZeRO stage 0)"
+    old, new = dsconfig.ranks(found.layout.world_size), dsconfig.ranks(resume.batch.world_size)
+    return (f"{line}, written by {old}, on {new}: {how}, accumulation {resume.batch.accumulation} keeps the global batch of {resume.batch.size}; from here "
+            f"the batches and dropout differ from an uninterrupted run")
 
 
 def rates_line(step, total, lr, rates, device):

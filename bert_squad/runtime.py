@@ -21,6 +21,7 @@ OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 DEEPSPEED_NOISE = (
     "scheduler before it has started",  # its warmup schedulers ask themselves for a rate while being built
     "Setting accelerator to CPU",  # at import, on stdout (into job scripts rendered with --dry-run > file)
+    "MPU is not provided",  # every load of a universal checkpoint: there is no tensor parallelism here
 )
 
 

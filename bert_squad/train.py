@@ -28,7 +28,7 @@ from deepspeed.accelerator import get_accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report
+from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report, universal
 from bert_squad.batching import BatchPlan, Collator
 from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, feature_report
@@ -47,7 +47,8 @@ class Inputs:
     dev_examples: Optional[data.Examples]
     tokenizer: PreTrainedTokenizerFast
     module: PreTrainedModel  # the transformers QA model, before DeepSpeed wraps it
-    resume_from: Optional[checkpoint.Checkpoint]
+    resume_from: Optional[checkpoint.Found]  # how it resumes: deepspeed.resume
+    about: checkpoint.About  # what the run's checkpoints record they are of
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,20 @@ def check(cfg):
                                  has_gpu=get_accelerator().device_name() != "cpu",
                                  learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir,
                                  resumed=resume_from)
+    if settings.resume and settings.resume.action == dsconfig.UNIVERSAL:
+        universal.check_convertible(resume_from.path)
     train_examples, dev_examples = data.load_examples(cfg.data)
     tokenizer = model.load_tokenizer(model_dir)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
     module = model.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
-    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resume_from)
+    about = checkpoint.about(cfg.data.model, module, tokenizer, cfg.windows)
+    if resume_from:
+        checkpoint.check_matches(resume_from, about)
+        for line in resume_from.skipped:  # newer checkpoints passed over as damaged
+            report.log(dist, line)
+    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resume_from, about)
 
 
 def plan(inputs):
@@ -150,11 +158,7 @@ def build(inputs, device):
                                            model_parameters=groups)
     if cfg.speed.compile:
         engine.compile()
-    progress = checkpoint.Progress()
-    if inputs.resume_from:
-        progress = checkpoint.load(engine, inputs.resume_from, dist)
-        for line in report.resumed_lines(inputs.resume_from, progress.step, work.ds_config.batch):
-            report.log(dist, line)
+    progress = resume(engine, inputs) if inputs.resume_from else checkpoint.Progress()
     columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
                if c in work.features.column_names]
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
@@ -164,6 +168,16 @@ def build(inputs, device):
     report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     return Run(inputs, work, device, engine, work.features.select_columns(columns), collate, progress, meter, started)
+
+
+def resume(engine, inputs):
+    """The checkpoint's weights, optimizer state and position, loaded (from its universal conversion, made
+    now or before, where its ZeRO shards were written by another number of ranks)."""
+    found, plan, dist = inputs.resume_from, inputs.deepspeed.resume, inputs.dist
+    load_dir, tag, note = universal.prepare(found.path, plan, dist)
+    progress = checkpoint.load(engine, found, dist, (load_dir, tag))
+    report.log(dist, report.resumed_line(found, progress.step, plan, note))
+    return progress
 
 
 def optimizer_steps(run):
@@ -208,12 +222,14 @@ def loop(run):
                 evaluate_now(run)
             # checkpoint, and stop when any rank was asked to
             if distributed.any_rank(stop.requested):
-                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist)
+                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
+                                run.inputs.about)
                 report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
                                  f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
                 return EXIT_STOPPED
             if faults.checkpoint_every and progress.step % faults.checkpoint_every == 0:
-                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist)
+                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
+                                run.inputs.about)
             shown.advance(progress.step, run.last_rates)
     return 0
 

@@ -72,3 +72,13 @@ def test_scaling_model_table():
         assert strong == sorted(strong, reverse=True), (system, model, strong)
     # 64 LUMI nodes share 1024 samples as 2 per GCD: the all-reduce no longer hides behind the backward pass.
     assert curves["LUMI-G", "BERT-base"][-1]["global 1024 efficiency"] < 0.8
+
+
+def test_checkpoint_costs_end_in_json(tiny_model, tmp_path):
+    """One ZeRO-2 checkpoint on one rank: its write and CRC seconds from the marker, its conversion."""
+    r = subprocess.run([PYTHON, ROOT / "bench" / "checkpoint_costs.py", "--model", tiny_model, "--configs",
+                        "zero2_bf16", "--ranks", "1"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
+    assert row["config"] == "zero2_bf16" and row["checkpoint_mb"] > 0 and row["universal_mb"] > 0
+    assert {"write_s", "crc_s", "convert_s"} <= row.keys()

@@ -25,7 +25,7 @@ from bert_squad import cli, distributed
 from conftest import PYTHON, ROOT
 
 NEVER = {"--submit", "--download-only", "--debug", "--help", "-h"}
-TEMP_MARKS = (".tmp", ".export-", ".write-test-")
+TEMP_MARKS = (".tmp", ".export-", ".write-test-", ".universal-")
 
 
 class Captured(Exception):
@@ -84,6 +84,7 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         "score": ["--eval-file", str(d / "small.json"), "--predictions", str(d / "preds.json")],
         "check-cache": ["--model", str(tiny_model)],
         "answer": ["--model-dir", str(tiny_model), "--question", "Who wrote it?", "--context", "Ada wrote it."],
+        "export": ["--checkpoint", str(d), "--output-dir", "out"],
         "launch": ["--site", "generic"],
         "sweep": ["--site", "generic", "--seeds", "1", "--runs-dir", "runs"],
         "summarize": [str(d / "sweep")],

@@ -14,10 +14,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
 LAYERS = [
     # foundations: no project imports
     {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport"},
-    {"files", "cache", "metrics", "distributed", "runtime", "cluster.edf"},  # files, cache layout, scores, ranks, process set-up
-    {"config", "model", "features", "checkpoint"},  # typed options; things the run is made of
-    {"data", "dsconfig", "report"},
-    {"evaluate", "download", "score", "cluster.summarize"},
+    {"files", "cache", "metrics", "distributed", "runtime", "model", "cluster.edf"},  # files, cache, ranks, loading
+    {"config", "features", "checkpoint"},  # typed options; things the run is made of
+    {"data", "dsconfig"},
+    {"report", "universal"},
+    {"evaluate", "download", "score", "export", "cluster.summarize"},
     {"train", "answer", "cluster.launch"},  # commands
     {"bert_squad_test", "cluster.sweep"},  # commands built on commands
     {"cli"},  # the entry

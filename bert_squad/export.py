@@ -1,0 +1,82 @@
+"""`bert-squad export --checkpoint DIR --output-dir OUT`: the Hugging Face model of any checkpoint.
+
+A run killed before its end leaves only DeepSpeed checkpoints, which no Hugging Face tool opens. This
+writes, from one of them, the export a finished run writes (safetensors, the config with the QA head,
+the tokenizer), in one process on a CPU, whatever ZeRO stage and number of ranks wrote it. Each
+checkpoint holds the model's config and tokenizer itself (`hf/`), so neither the model directory the
+run started from (a hub cache may have been purged, or be on another machine) nor the ranks are needed.
+
+The weights are the ones the run would have exported at that step: ZeRO stages 0-2 keep the whole
+model in `mp_rank_00_model_states.pt`, in the training precision; ZeRO-3 keeps only fp32 shards, which
+DeepSpeed's zero_to_fp32 gathers, rounded here to the training precision as the run's parameters are.
+"""
+
+import contextlib
+import io
+from pathlib import Path
+
+import torch
+
+from bert_squad import checkpoint, config, model
+from bert_squad.errors import UserError
+from bert_squad.files import ensure_writable_dir
+
+WHOLE_MODEL = "mp_rank_00_model_states.pt"  # DeepSpeed's file of the whole model, ZeRO stages 0-2
+
+
+def parse(argv):
+    p = config.ArgumentParser(prog="bert-squad export", description=run.__doc__)
+    p.add_argument("--checkpoint", required=True,
+                   help="a checkpoint (<output-dir>/checkpoints/step<N>), or <output-dir>/checkpoints for its latest")
+    p.add_argument("--output-dir", required=True, help="where the model and tokenizer go")
+    p.add_argument("--debug", action="store_true")
+    return p.parse_args(argv)
+
+
+def run(args):
+    """`bert-squad export`: write the Hugging Face model of a checkpoint."""
+    found = checkpoint.at(args.checkpoint)
+    hf = found.path / checkpoint.HF_DIR
+    if not (hf / "config.json").is_file():
+        raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
+                        f"older bert-squad; resume it with --resume and let the run finish to export it")
+    tokenizer = model.load_tokenizer(hf)
+    module = _empty_model(hf).to(training_dtype(found.layout))  # as the run's model was: its config says so
+    state = weights(found)
+    missing = sorted(set(module.state_dict()) - set(state))
+    if missing:
+        raise UserError(f"{found.path}: its weights lack {missing[0]} of the model its config describes")
+    ensure_writable_dir(args.output_dir, "output dir")
+    model.export(module, state, tokenizer, Path(args.output_dir))
+    print(f"exported {found.path} to {args.output_dir}")
+    return 0
+
+
+def _empty_model(hf):
+    """The QA model its config describes (randomly initialised: its weights come from the checkpoint)."""
+    import transformers  # heavy: after the arguments parsed
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    model_config = AutoConfig.from_pretrained(str(hf), local_files_only=True)
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return AutoModelForQuestionAnswering.from_config(model_config)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def weights(found):
+    """The model's weights at the checkpoint, as the run held them, on the CPU."""
+    path = found.path
+    if (path / WHOLE_MODEL).is_file():
+        return torch.load(path / WHOLE_MODEL, map_location="cpu", weights_only=False)["module"]
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # heavy: ZeRO-3 only
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints what it reads
+        state = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
+    return {name: tensor.to(training_dtype(found.layout)) for name, tensor in state.items()}
+
+
+def training_dtype(layout):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision, torch.float32)

@@ -1,0 +1,378 @@
+"""Resume anywhere: a checkpoint of any ZeRO stage resumed on another number of ranks, damaged
+checkpoints passed over, and the Hugging Face model of any checkpoint.
+
+Runs go through tests/state_tap.py, which writes what the engine holds right before each save and
+right after each load: "loaded what was saved" is checked tensor for tensor on the real training.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import MPIRUN, PYTHON, ROOT, require_mpirun, run_bert_squad
+from safetensors.torch import load_file
+
+from bert_squad import checkpoint, dsconfig, universal
+from bert_squad.distributed import _free_port as free_port
+from bert_squad.checkpoint import MARKER, Layout, checkpoint_root
+from bert_squad.errors import UserError
+
+TAP = ROOT / "tests" / "state_tap.py"
+WINDOWS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24"]
+ARGS = [*WINDOWS, "--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2",
+        "--resume", "auto"]
+CONFIGS = ["ds_fp32", "ds_bf16", "zero2_bf16", "zero3_bf16"]
+CHAIN = [(2, 2), (1, 4), (2, 6)]  # (ranks, --max-steps) of three runs: 2 ranks -> 1 rank -> 2 ranks
+
+
+def ds_config(name, directory):
+    """A shipped config, or the CPU form of a shipped ZeRO one: bf16 for fp16 (and ZeRO-3 partitioning
+    even the tiny model's smallest parameters)."""
+    if name.startswith("ds_"):
+        return name
+    shipped = "ds_zero2" if name.startswith("zero2") else "ds_zero3"
+    cfg = json.loads((ROOT / "configs" / f"{shipped}.json").read_text())
+    cfg.pop("fp16")
+    cfg["bf16"] = {"enabled": True}
+    if shipped == "ds_zero3":
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    path = Path(directory) / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def tapped(dumps, *args, ranks=1):
+    """A training run through the state tap, on `ranks` ranks (mpirun for 2, on a free port: the default
+    one may be another test session's)."""
+    cmd = [*(MPIRUN if ranks == 2 else ()), PYTHON, str(TAP), str(dumps), *map(str, args)]
+    port = {"MASTER_PORT": str(free_port())} if ranks == 2 else {}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1", **port))
+
+
+def train_args(model, train, out, config):
+    return ["--model", model, "--train-file", train, "--output-dir", out, "--cache-dir", Path(out).parent / "cache",
+            "--deepspeed_config", config, *ARGS]
+
+
+def same_weights(a, b):
+    a, b = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- the world-size decision (pure) ---------------------------------------------------------------
+
+DS = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "train_batch_size": 16,
+      "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+
+
+def batch(world):
+    return dsconfig.Batch(micro=16, accumulation=1, world_size=world)
+
+
+@pytest.mark.parametrize("layout, world, expected", [
+    (Layout(2, 32, 1, 2, "bf16", True), 2, (dsconfig.AS_IS, 1)),
+    (Layout(4, 64, 1, 2, "bf16", True), 2, (dsconfig.UNIVERSAL, 2)),
+    (Layout(1, 32, 2, 2, "bf16", True), 2, (dsconfig.UNIVERSAL, 1)),
+    (Layout(4, 64, 1, None, None, False), 2, (dsconfig.ACCUMULATE, 2)),  # an older marker: stage 0 by its files
+    (Layout(), 3, (dsconfig.AS_IS, 1)),  # a marker without a world size: as before
+])
+def test_the_plan_for_a_world_size(layout, world, expected):
+    plan = dsconfig.resume_plan(layout, batch(world), DS, "ckpt")
+    assert (plan.action, plan.batch.accumulation) == expected
+    if plan.action != dsconfig.AS_IS:
+        assert plan.batch.size == layout.train_batch_size
+
+
+@pytest.mark.parametrize("layout, world, ds, reason", [
+    (Layout(1, 32, 2, 2, "bf16", True), 3, DS, "written by 1 rank with a global batch of 32, which 3 ranks x micro "
+                                               "batch 16 cannot keep by accumulation; resume on 1 rank, or"),
+    (Layout(2, 32, 1, 0, "fp32", False), 1, DS, "written with ZeRO stage 0 in fp32, this run's DeepSpeed config "
+                                                "has stage 2 in bf16"),
+    (Layout(2, 32, 1, 2, "bf16", True), 1, dict(DS, zero_optimization={"stage": 2, "offload_optimizer": {
+        "device": "nvme"}}), "no universal checkpoint with the optimizer offloaded to NVMe"),
+])
+def test_what_cannot_resume_is_refused_in_one_line(layout, world, ds, reason, tmp_path):
+    with pytest.raises(UserError, match=f"^{tmp_path}: ") as err:
+        dsconfig.resume_plan(layout, batch(world), ds, tmp_path)
+    assert reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_config_for_a_conversion(tmp_path):
+    """The finished config of a resume through a universal checkpoint: the checkpoint's global batch by
+    accumulation, and DeepSpeed told to load a universal checkpoint; checking the checkpoint can take the
+    conversion leaves nothing in it."""
+    found = checkpoint.Found(tmp_path, Layout(2, 32, 1, 2, "bf16", True))
+    done = dsconfig.settings(DS, "c.json", world_size=1, has_gpu=False, resumed=found).finish(10, 0.1).as_dict()
+    assert (done["gradient_accumulation_steps"], done["train_batch_size"]) == (2, 32)
+    assert done["checkpoint"] == {"load_universal": True} and DS.get("checkpoint") is None
+    universal.check_convertible(tmp_path)
+    assert not list(tmp_path.iterdir())  # its probe of the checkpoint dir is gone
+
+
+# --- the file list in the marker ------------------------------------------------------------------
+
+def fake_checkpoint(path, step=2):
+    path.mkdir(parents=True)
+    (path / "mp_rank_00_model_states.pt").write_bytes(bytes(range(256)) * 64)
+    (path / "hf").mkdir()
+    (path / "hf" / "config.json").write_text("{}")
+    checkpoint.write_marker(path, {"step": step}, checkpoint.manifest(path))
+    return path
+
+
+@pytest.mark.parametrize("harm, problem", [
+    (lambda f: os.truncate(f, 100), "mp_rank_00_model_states.pt is 100 bytes, the marker recorded 16384"),
+    (lambda f: f.unlink(), "mp_rank_00_model_states.pt is missing"),
+    (lambda f: f.write_bytes(bytes(range(255, -1, -1)) * 64), "mp_rank_00_model_states.pt differs from the "
+                                                               "marker's checksum"),
+])
+def test_damage_names_the_file(harm, problem, tmp_path):
+    path = fake_checkpoint(tmp_path / "step00000002")
+    assert checkpoint.damage(path) is None
+    harm(path / "mp_rank_00_model_states.pt")
+    assert checkpoint.damage(path) == problem
+    assert (checkpoint.damage(path, read=False) is None) == ("checksum" in problem)  # sizes only: no read
+
+
+def test_resume_auto_passes_over_damaged_checkpoints(tmp_path):
+    root = checkpoint_root(tmp_path)
+    for step in (2, 4, 6):
+        fake_checkpoint(root / f"step0000000{step}", step)
+    for step in (4, 6):
+        (root / f"step0000000{step}" / "hf" / "config.json").write_text("{ }")
+    found = checkpoint.find("auto", tmp_path)
+    assert found.path == root / "step00000002" and found.skipped == tuple(
+        f"{root}/step0000000{step}: damaged checkpoint: hf/config.json is 3 bytes, the marker recorded 2; "
+        f"resuming from step00000002 instead" for step in (6, 4))
+    with pytest.raises(UserError, match="step00000004: damaged checkpoint: hf/config.json is 3 bytes"):
+        checkpoint.find(str(root / "step00000004"), tmp_path)
+    (root / "step00000002" / MARKER).write_text("{")
+    with pytest.raises(UserError, match=f"^{root}: every complete checkpoint is damaged \\(the newest, "
+                                        f"step00000006: hf/config.json is 3 bytes"):
+        checkpoint.find("auto", tmp_path)
+
+
+def test_pruning_keeps_the_newest_intact_checkpoints(tmp_path):
+    """--keep-checkpoints counts intact checkpoints: damaged ones are deleted and never counted, and
+    nothing newer than the newest intact one is touched."""
+    root = tmp_path / "checkpoints"
+    for step in (2, 4, 6, 8):
+        fake_checkpoint(root / f"step0000000{step}", step)
+    (root / "step00000004" / "hf" / "config.json").unlink()
+    (root / "step00000008" / "mp_rank_00_model_states.pt").unlink()
+    checkpoint.prune(root, keep=2)
+    assert checkpoint.complete_tags(root) == ["step00000002", "step00000006", "step00000008"]
+    checkpoint.prune(root, keep=1)
+    assert checkpoint.complete_tags(root) == ["step00000006", "step00000008"]
+
+
+# --- 2 ranks -> 1 rank -> 2 ranks, each config --------------------------------------------------
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def chain(request, tiny_model, sample_train, tmp_path_factory):
+    """Three runs in one output dir, each resuming the last one's newest checkpoint: 2 ranks to step 2,
+    1 rank to step 4, 2 ranks to step 6, a checkpoint every 2 steps."""
+    require_mpirun()
+    tmp = tmp_path_factory.mktemp(request.param)
+    config, out, logs = ds_config(request.param, tmp), tmp / "out", []
+    for ranks, steps in CHAIN:
+        r = tapped(tmp / "dumps", *train_args(tiny_model, sample_train, out, config), "--max-steps", steps,
+                   ranks=ranks)
+        assert r.returncode == 0, r.stderr[-3000:]
+        logs.append(r.stdout)
+    return SimpleNamespace(name=request.param, out=out, dumps=tmp / "dumps", logs=logs)
+
+
+def ranks(n):
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [1, 2])
+def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, run):
+    """Weights, Adam moments, learning rate, step, epoch and data position after loading are those saved,
+    whatever the stage: ZeRO-0 loads as it is, ZeRO-2 and 3 through a universal checkpoint."""
+    (old, _), (new, _) = CHAIN[run - 1], CHAIN[run]
+    step = CHAIN[run - 1][1]
+    saved, loaded = (torch.load(chain.dumps / f"{kind}-step{step}.pt") for kind in ("saved", "loaded"))
+    assert (saved["world_size"], loaded["world_size"]) == (old, new)
+    assert saved["tensors"].keys() == loaded["tensors"].keys()
+    for name, tensors in saved["tensors"].items():
+        for what, a, b in zip(("fp32 weight", "exp_avg", "exp_avg_sq"), tensors, loaded["tensors"][name]):
+            assert torch.equal(a, b), f"{name}: {what}"
+    assert loaded["lr"] == saved["lr"] and loaded["global_steps"] == saved["global_steps"] == step
+    assert loaded["weight_decay"] == saved["weight_decay"] == [0.01, 0.0]
+    assert saved["accumulation"] * old == loaded["accumulation"] * new == 2  # the global batch of 2 x 16 kept
+    before, after = saved["progress"], loaded["progress"]
+    assert (after["step"], after["epoch"]) == (before["step"], before["epoch"])
+    assert after["batch_in_epoch"] == before["batch_in_epoch"] // saved["accumulation"] * loaded["accumulation"]
+    how = ("universal checkpoint (converted in" if chain.name.startswith("zero")
+           else "optimizer state whole (ZeRO stage 0)")
+    line = f"resumed from {checkpoint_root(chain.out)}/step0000000{step} at step {step}, written by {ranks(old)}, " \
+           f"on {ranks(new)}: {how}"
+    assert line in chain.logs[run], chain.logs[run][-3000:]
+
+
+@pytest.mark.slow
+def test_the_resumed_runs_finish_and_export(chain):
+    metrics = json.loads((chain.out / "train_metrics.json").read_text())
+    assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 32, 6)
+    assert (chain.out / "model.safetensors").is_file()
+    assert checkpoint.complete_tags(checkpoint_root(chain.out)) == ["step00000004", "step00000006"]
+
+
+@pytest.mark.slow
+def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, sample_dev):
+    """`bert-squad export` of the step-6 checkpoint (2 ranks wrote it) in one process gives the run's
+    final export: the same weights, config and logits; evaluate and answer take it."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    export = tmp_path / "export"
+    r = run_bert_squad("export", "--checkpoint", checkpoint_root(chain.out), "--output-dir", export, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert same_weights(export, chain.out)
+    assert json.loads((export / "config.json").read_text()) == json.loads((chain.out / "config.json").read_text())
+    tok = AutoTokenizer.from_pretrained(export)
+    enc = tok("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
+    with torch.no_grad():
+        ours, theirs = (AutoModelForQuestionAnswering.from_pretrained(d).eval()(**enc) for d in (export, chain.out))
+    assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
+    if chain.name != "zero3_bf16":
+        return
+    r = run_bert_squad("evaluate", "--model-dir", export, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
+                       "--cache-dir", tmp_path / "cache", *WINDOWS, timeout=300)
+    assert r.returncode == 0 and '"exact_match"' in r.stdout, r.stderr[-3000:]
+    answers = [run_bert_squad("answer", "--model-dir", d, "--question", "Where was Ada Novak born?", "--context",
+                              "Ada Novak was born in Lugano in 1834.", "--json", timeout=300) for d in (export, chain.out)]
+    assert answers[0].returncode == 0 and answers[0].stdout == answers[1].stdout, answers[0].stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_conversion_is_reused_and_redone_when_damaged(chain):
+    path = checkpoint_root(chain.out) / "step00000004"  # converted when the third run resumed it on 2 ranks
+    if not chain.name.startswith("zero"):
+        assert not (path / universal.DIR).exists()  # ZeRO-0 resumed as it was: nothing converted
+        return
+    assert universal.convert_once(path) == "reused its conversion"
+    (path / universal.DIR / "zero" / "optimizer_state.pt").unlink()
+    note = universal.convert_once(path)
+    assert note.startswith("converted in") and "damaged: zero/optimizer_state.pt is missing" in note
+    assert checkpoint.damage(path / universal.DIR) is None
+    assert not list(path.glob(".universal-*"))
+
+
+# --- damaged checkpoints ----------------------------------------------------------------------------
+
+def flip_a_byte(f):
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+DAMAGES = {  # what happens to one file of the newest checkpoint
+    "truncated model states": ("mp_rank_00_model_states.pt", lambda f: os.truncate(f, f.stat().st_size // 2)),
+    "deleted optimizer shard": ("bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", Path.unlink),
+    "corrupted RNG file": ("rng_rank0.pt", flip_a_byte),
+}
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(tiny_model, sample_train, tmp_path_factory):
+    """A ZeRO-2 run on 1 rank with checkpoints at steps 2 and 4, and the same run resumed from step 2
+    to step 6 directly."""
+    tmp = tmp_path_factory.mktemp("damage")
+    config = ds_config("zero2_bf16", tmp)
+    r = run_bert_squad(*train_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.copytree(tmp / "out", tmp / "direct")
+    r = run_bert_squad(*train_args(tiny_model, sample_train, tmp / "direct", config), "--max-steps", 6,
+                       "--resume", checkpoint_root(tmp / "direct") / "step00000002")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return SimpleNamespace(out=tmp / "out", direct=tmp / "direct", config=config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_is_passed_over(damage, two_checkpoints, tiny_model, sample_train, tmp_path):
+    """`--resume auto` names the damaged file in one line and resumes from the checkpoint before, ending
+    like a run resumed from that one directly; named with `--resume PATH`, it is refused in one line."""
+    out = tmp_path / "out"
+    shutil.copytree(two_checkpoints.out, out)
+    name, harm = DAMAGES[damage]
+    damaged = checkpoint_root(out) / "step00000004"
+    harm(damaged / name)
+    args = train_args(tiny_model, sample_train, out, two_checkpoints.config)
+    r = run_bert_squad(*args, "--max-steps", 6, "--resume", damaged)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
+    assert f"{damaged}: damaged checkpoint: {name} " in r.stderr
+    r = run_bert_squad(*args, "--max-steps", 6)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (line,) = [line for line in r.stdout.splitlines() if "damaged checkpoint:" in line]
+    assert line.startswith(f"{damaged}: damaged checkpoint: {name} ") and line.endswith("resuming from step00000002 "
+                                                                                           "instead"), line
+    assert f"resumed from {checkpoint_root(out)}/step00000002 at step 2" in r.stdout
+    assert same_weights(out, two_checkpoints.direct)
+
+
+# --- bad input: one line, exit 2, nothing written --------------------------------------------------
+
+@pytest.mark.slow
+def test_export_of_what_is_not_a_checkpoint(tiny_model, tmp_path):
+    r = run_bert_squad("export", "--checkpoint", tiny_model, "--output-dir", tmp_path / "export", timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (f"bert-squad export: error: {tiny_model}: not a complete "
+                                                      f"checkpoint (no '{MARKER}' marker)")
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_distilbert(tmp_path_factory):
+    from tiny_models import build_tiny_model
+
+    return build_tiny_model("distilbert", tmp_path_factory.mktemp("tiny-distilbert"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, message", [
+    ("model", "a checkpoint of another model ("),
+    ("window", "written with --max-seq-length 128, this run has 96: its data position counts those windows"),
+])
+def test_a_checkpoint_of_another_model_or_window_is_refused(change, message, two_checkpoints, tiny_model,
+                                                             tiny_distilbert, sample_train, tmp_path):
+    model = tiny_distilbert if change == "model" else tiny_model
+    args = train_args(model, sample_train, tmp_path / "out", two_checkpoints.config)
+    if change == "window":
+        args[args.index("--max-seq-length") + 1] = "96"
+    r = run_bert_squad(*args, "--resume", checkpoint_root(two_checkpoints.out) / "step00000002")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr[-3000:]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_conversion_into_a_read_only_checkpoint_is_refused(two_checkpoints, tiny_model, sample_train, tmp_path):
+    """Resuming a 1-rank ZeRO-2 checkpoint on 2 ranks (micro batch 8: the global batch of 16 kept) needs
+    its universal conversion, inside it; on a read-only file system (a bind mount in a mount namespace of
+    its own) that is one line, exit 2. The check comes before the process group, so one process of the
+    two is enough."""
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare (util-linux)")
+    source = checkpoint_root(two_checkpoints.out) / "step00000002"
+    config = json.loads(two_checkpoints.config.read_text())
+    (tmp_path / "micro8.json").write_text(json.dumps(dict(config, train_micro_batch_size_per_gpu=8)))
+    readonly = f'mount --bind "{source}" "{source}" && mount -o remount,ro,bind "{source}" && exec "$@"'
+    cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", readonly, "sh", PYTHON, "-m", "bert_squad",
+           *map(str, train_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
+           "--resume", str(source)]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    if "unshare failed" in r.stderr or "mount:" in r.stderr:
+        pytest.skip(f"no mount namespace here: {r.stderr.strip()}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
+    assert f"{source}: resuming it on another number of ranks converts" in r.stderr
+    assert "cannot be written (Read-only file system)" in r.stderr
+    assert not (source / universal.DIR).exists() and not (tmp_path / "out").exists()
