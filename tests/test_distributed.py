@@ -1,10 +1,11 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import os
 import subprocess
 import textwrap
 
 import pytest
-from conftest import MPIRUN, PYTHON, require_mpirun
+from conftest import MPIRUN, PYTHON, launcher_env
 
 from bert_squad.distributed import detect, job_port, started_by_launcher
 from bert_squad.errors import UserError
@@ -73,11 +74,12 @@ def test_job_ports_differ_between_jobs():
     assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678))
 
 
+@pytest.mark.mpi
 def test_ranks_leave_the_process_group_together(tmp_path):
     """Rank 1 finishes first; it must not leave (and tear gloo down under rank 0) before rank 0 is done.
-    Exiting early aborted rank 1 with `terminate called without an active exception` in about 1 run in 5."""
-    require_mpirun()
-    marker = tmp_path / "rank0-done"
+    Exiting early aborted rank 1 with `terminate called without an active exception` in about 1 run in 5.
+    Rank 0 finishes only once rank 1 has written that it reached the end of its body (an event, no sleep)."""
+    marker, leaving = tmp_path / "rank0-done", tmp_path / "rank1-leaving"
     script = tmp_path / "leave.py"
     script.write_text(textwrap.dedent(f"""
         import os, time
@@ -86,13 +88,19 @@ def test_ranks_leave_the_process_group_together(tmp_path):
         dist = distributed.detect()
         with distributed.process_group(dist):
             distributed.gather_to_rank0(dist.rank, dist)
-            if dist.rank == 0:
-                time.sleep(2)
+            if dist.rank == 1:
+                open({str(leaving)!r}, "w").close()
+            else:
+                deadline = time.monotonic() + 120
+                while not os.path.exists({str(leaving)!r}):
+                    assert time.monotonic() < deadline, "rank 1 never reached the end of its body"
+                    time.sleep(0.05)
                 open({str(marker)!r}, "w").close()
         print("rank", os.environ["RANK"], "left; rank 0 done:", os.path.exists({str(marker)!r}),
               "group alive:", distributed.is_initialized())
     """))
-    r = subprocess.run([*MPIRUN, PYTHON, script], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*MPIRUN, PYTHON, script], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **launcher_env(MPIRUN)})
     assert r.returncode == 0, r.stderr[-2000:]
     for rank in (0, 1):
         assert f"rank {rank} left; rank 0 done: True group alive: False" in r.stdout, r.stdout

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bert_squad.metrics import question_ids
-from conftest import MPIRUN, ROOT, require_mpirun, run_bert_squad
+from conftest import MPIRUN, ROOT, run_bert_squad, zero2_on_cpu
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +32,8 @@ def evaluate(model, eval_file, out, launcher=()):
 
 @pytest.mark.parametrize("dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES),
                                               ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])])
+@pytest.mark.mpi
 def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path, dev, keys, files):
-    require_mpirun()
     eval_file = request.getfixturevalue(dev)
     evaluate(tiny_model, eval_file, tmp_path / "one")
     r = evaluate(tiny_model, eval_file, tmp_path / "two", launcher=MPIRUN)
@@ -47,24 +47,12 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
     assert json.loads(r.stdout.splitlines()[-1]) == {k: metrics[k] for k in keys}  # printed by rank 0 only
 
 
-def zero2_bf16(tmp_path):
-    """ZeRO-2 as shipped, in bf16: its fp16 needs a GPU."""
-    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    path = tmp_path / "zero2_bf16.json"
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 @pytest.mark.parametrize("config, launcher", [
-    (lambda tmp: ROOT / "configs" / "ds_fp32.json", ()),
-    (lambda tmp: ROOT / "configs" / "ds_bf16.json", ()),
-    (zero2_bf16, MPIRUN),
-], ids=["fp32", "bf16", "zero2-bf16-2-ranks"])
+    pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
+    pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),
+    pytest.param(lambda tmp: zero2_on_cpu(tmp, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi),
+])
 def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev, tmp_path, config, launcher):
-    if launcher:
-        require_mpirun()
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
                        "--output-dir", out, "--cache-dir", tmp_path / "cache", "--deepspeed_config", config(tmp_path),

@@ -10,6 +10,7 @@ import pytest
 from bert_squad import cache, cli
 from bert_squad.cluster import launch
 from conftest import PYTHON, ROOT, put_in_hub_cache
+from slurm_jobs import sbatch_lines
 
 SITES = ("daint", "lumi", "generic")
 
@@ -17,10 +18,6 @@ SITES = ("daint", "lumi", "generic")
 def render(capsys, *argv):
     assert cli.main(["launch", *argv]) == 0
     return capsys.readouterr().out
-
-
-def sbatch_lines(script):
-    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M))
 
 
 @pytest.mark.parametrize("site", SITES)

@@ -14,8 +14,7 @@ from bert_squad.cluster import launch, sweep
 from bert_squad.config import training_parser as build_parser
 from bert_squad.errors import UserError
 from conftest import ROOT
-from test_launch import sbatch_lines
-from test_slurm import job_env
+from slurm_jobs import job_env, sbatch_lines
 
 
 def dry_run(capsys, *argv):

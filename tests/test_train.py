@@ -1,12 +1,13 @@
-"""End-to-end training on CPU, for real: DeepSpeed engine, gloo, mpirun, export."""
+"""End-to-end training on CPU, for real: DeepSpeed engine, gloo, mpirun, export. (tests/test_gpu.py trains on
+a GPU; these assume a CPU-only host: device cpu, gloo, two ranks sharing it.)"""
 
 import json
 import re
 
 import pytest
-from conftest import MPIRUN, ROOT, put_in_hub_cache, require_mpirun, run_bert_squad
+from conftest import MPIRUN, ROOT, ds_config, put_in_hub_cache, run_bert_squad, zero2_on_cpu
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 TINY_ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--log-every", "5"]
 
@@ -57,16 +58,12 @@ def test_export_loads_with_auto_classes_and_answers(trained):
     assert not qa.null_answer  # trained on SQuAD 1.1: recorded in the exported config
 
 
+@pytest.mark.mpi
 def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
-    require_mpirun()
-    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    (tmp_path / "zero2_bf16.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
                        "--max-steps", 10, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", tmp_path / "zero2_bf16.json", *TINY_ARGS, launcher=MPIRUN)
+                       "--deepspeed_config", zero2_on_cpu(tmp_path, bf16=True), *TINY_ARGS, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
@@ -177,18 +174,17 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
         assert len(events.Scalars("Train/Samples/lr")) == 6
 
 
+@pytest.mark.mpi
 def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model, sample_train, sample_dev, tmp_path):
     """ZeRO-3 partitions every parameter (threshold 0: even the tiny model's): evaluation with one batch
     keeps rank 1 in the collectives, the export holds the gathered weights (the evaluation of the exported
     model on one process gives the run's predictions), and a resumed run ends bit-identical."""
-    require_mpirun()
     from safetensors.torch import load_file
     from transformers import AutoModelForQuestionAnswering
 
-    cfg = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())
-    cfg.pop("fp16")  # fp32 on CPU
-    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-    (tmp_path / "zero3.json").write_text(json.dumps(cfg))
+    zero = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())["zero_optimization"]
+    zero3 = ds_config(tmp_path, "ds_zero3", drop=["fp16"],  # fp32 on CPU
+                      zero_optimization=dict(zero, stage3_param_persistence_threshold=0))
     dev = json.loads(sample_dev.read_text())
     dev["data"] = dev["data"][:1]
     para = dev["data"][0]["paragraphs"][0]
@@ -196,7 +192,7 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     (tmp_path / "dev.json").write_text(json.dumps(dev))
     common = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", tmp_path / "dev.json",
               "--max-steps", 4, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache", "--dist-timeout", 60,
-              "--deepspeed_config", tmp_path / "zero3.json", *TINY_ARGS]
+              "--deepspeed_config", zero3, *TINY_ARGS]
     out = tmp_path / "out"
     r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
