@@ -108,7 +108,9 @@ def process_group(dist, timeout_s=600):
     On the way out every rank waits for the others and the group is destroyed while the interpreter
     is still whole: a gloo rank that simply exits while a peer still works dies in C++
     (`terminate called without an active exception`, exit 134; pytorch/pytorch#190489).
-    After an error there is no barrier, so a failing rank cannot hang the job on its way out."""
+    After an error there is no barrier, so a failing rank cannot hang the job on its way out.
+    DeepSpeed destroys it, so that it also forgets the groups it cloned from it: a second command in the
+    same process (an API user, the in-process CLI fuzz) failed on the stale clone in deepspeed.initialize."""
     device = _init(dist, timeout_s)
     ok = False
     try:
@@ -116,11 +118,12 @@ def process_group(dist, timeout_s=600):
         ok = True
     finally:
         if is_initialized():
+            import deepspeed.comm
             import torch.distributed as td
 
             if ok:
                 td.barrier()
-            td.destroy_process_group()
+            deepspeed.comm.destroy_process_group()
 
 
 def _init(dist, timeout_s):

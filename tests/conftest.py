@@ -52,6 +52,10 @@ _REQUIRE_ALL = pytest.StashKey[bool]()
 
 def pytest_configure(config):
     config.stash[_REQUIRE_ALL] = require_all()
+    # DeepSpeed's logger writes to the sys.stdout of the moment it is first imported. Imported here, that is
+    # the session's; imported inside a test that captures output, it would be that test's stream, closed
+    # afterwards, and every later in-process run would print a logging-error traceback.
+    import deepspeed  # noqa: F401
 
 
 @functools.lru_cache(maxsize=None)
@@ -263,7 +267,7 @@ class Started:
             time.sleep(0.1)
         return found
 
-    def wait(self, timeout=600):
+    def wait(self, timeout):
         """The exit code; fails with the output if the process is still running after `timeout` seconds."""
         try:
             return self.proc.wait(timeout=timeout)
@@ -276,7 +280,7 @@ class Started:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.proc.wait()
+        self.proc.wait(timeout=60)
 
 
 def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):

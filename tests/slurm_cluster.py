@@ -214,7 +214,7 @@ def _stop(proc):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=60)
 
 
 def munge_socket_dir(name):
@@ -479,7 +479,7 @@ class MultinodeCluster(SlurmCluster):
         pids = _netns_pids(node.netns)
         _kill_all(pids)
         if node.proc is not None:
-            node.proc.wait()
+            node.proc.wait(timeout=60)
         return pids
 
     def node_states(self):

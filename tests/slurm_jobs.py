@@ -3,6 +3,7 @@ environment, one submission of a job script, one wait on a job's log, and the jo
 number of steps the stop decided. Every wait is for an event (a line in the log, a state) with a generous
 deadline, and fails with what it saw."""
 
+import contextlib
 import os
 import re
 import sys
@@ -46,6 +47,34 @@ def submit(cluster, tmp_path, args, env, options=(), script=GENERIC):
     log = tmp_path / "job-%j.out"
     job = cluster.sbatch(script, [f"--output={log}", *options], args, env=env, cwd=ROOT)
     return job, Path(str(log).replace("%j", job))
+
+
+def submitting_env(monkeypatch, cluster, scratch, **extra):
+    """This process's environment as a user's shell at sbatch time (job_env), pointed at `cluster`, for the
+    in-process `bert-squad launch|sweep --submit`: their sbatch inherits it. Job logs go to `scratch`."""
+    env = {**job_env(scratch, **extra), "SLURM_CONF": str(cluster.conf),
+           "SBATCH_OUTPUT": str(Path(scratch) / "job-%j.out")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+@contextlib.contextmanager
+def paused(cluster):
+    """The cluster's partition down while the `with` runs: what is submitted meanwhile stays queued, to be
+    looked at, and is cancelled on the way out without having run."""
+    assert cluster.run("scontrol", "update", "PartitionName=debug", "State=DOWN").returncode == 0
+    try:
+        yield
+    finally:
+        cluster.cancel_all()
+        cluster.run("scontrol", "update", "PartitionName=debug", "State=UP")
+
+
+def stored_script(cluster, job):
+    """The batch script Slurm holds for `job`: what sbatch really received."""
+    proc = cluster.run("scontrol", "write", "batch_script", job, "-")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def log_text(log):

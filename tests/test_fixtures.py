@@ -63,7 +63,7 @@ def _cluster_process(tmp_path_factory, owner_pid):
 
 def _exited_pid():
     proc = subprocess.Popen(["true"])
-    proc.wait()
+    proc.wait(timeout=60)
     return proc.pid
 
 
@@ -79,7 +79,7 @@ def test_processes_of_a_dead_session_are_cleared_and_a_live_ones_kept(tmp_path_f
     finally:
         for proc in (dead, alive):
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=60)
 
 
 def test_a_lock_whose_holder_died_is_taken(tmp_path):
@@ -95,3 +95,21 @@ def test_a_lock_whose_holder_died_is_taken(tmp_path):
                 pass
     with sc.held(lock, timeout=30):
         assert lock.read_text().startswith(f"pid {os.getpid()}: ")
+
+
+def test_every_subprocess_a_test_runs_has_a_deadline():
+    """subprocess.run and its kin without `timeout=` would wait forever on a hung child (item 3 of issue 22);
+    so would a bare Popen.wait()/communicate(). Started (conftest.py) is how a test runs a process it
+    watches, killed by group on the way out."""
+    import ast
+
+    missing = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or any(k.arg == "timeout" for k in node.keywords):
+                continue
+            name = ast.unparse(node.func)
+            waits = name.endswith((".wait", ".communicate")) and not node.args and name != "self.wait"
+            if name in ("subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output") or waits:
+                missing.append(f"{path.name}:{node.lineno} {name}")
+    assert not missing, missing

@@ -39,7 +39,7 @@ def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample
     with _start(tiny_model, sample_train, out, "--log-every", "1") as proc:
         proc.wait_for("step 5/16")
         proc.proc.send_signal(signal.SIGUSR1)
-        assert proc.wait() == EXIT_STOPPED, proc.seen()
+        assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
         assert "stop requested (signal 10)" in proc.stdout
     tags = complete_tags(checkpoint_root(out))
     assert len(tags) == 1 and 5 <= int(tags[0][4:]) < 16
@@ -62,7 +62,7 @@ def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path
     with _start(tiny_model, sample_train, out, "--log-every", "1") as proc:
         proc.wait_for("step 2/16")
         proc.proc.send_signal(signal.SIGTERM)
-        assert proc.wait() == EXIT_STOPPED, proc.seen()
+        assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
         assert f"stop requested (signal {int(signal.SIGTERM)})" in proc.stdout
     assert complete_tags(checkpoint_root(out))
 
@@ -99,7 +99,7 @@ def test_signal_under_mpirun_stops_both_ranks_at_one_step(tiny_model, sample_tra
     with _start(tiny_model, sample_train, out, "--log-every", "1", launcher=MPIRUN) as proc:
         proc.wait_for("step 3/16")
         proc.proc.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
-        assert proc.wait() == EXIT_STOPPED, proc.seen()
+        assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
     tag = complete_tags(checkpoint_root(out))[-1]
     files = os.listdir(checkpoint_root(out) / tag)
     assert {"rng_rank0.pt", "rng_rank1.pt", MARKER} <= set(files)
