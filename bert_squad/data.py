@@ -36,12 +36,14 @@ class Examples:
                 f"{len(self.empty_question_ids)} skipped (empty question)")
 
 
-def _require(obj, key, kind, where):
-    if not isinstance(obj, dict) or key not in obj:
+def _require(obj, key, kind, where, default=None):
+    """obj[key] if it has the format's type (JSON true/false are no numbers); missing: `default`, or an
+    error when the field is required (no default)."""
+    if not isinstance(obj, dict) or (key not in obj and default is None):
         raise UserError(f"{where}: missing field '{key}'")
-    value = obj[key]
-    if not isinstance(value, kind):
-        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, not {type(value).__name__}")
+    value = obj.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, not {type(value).__name__} ({value!r:.40})")
     return value
 
 
@@ -65,9 +67,10 @@ def read_squad(path, strict=False):
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
     articles = _require(doc, "data", list, str(path))
+    _require(doc, "version", str, str(path), default="")
     records, skipped, empty = [], [], []
     for a, article in enumerate(articles):
-        title = article.get("title", "") if isinstance(article, dict) else ""
+        title = _require(article, "title", str, f"{path}: article {a}", default="")
         where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
         for p, para in enumerate(_require(article, "paragraphs", list, where)):
             context = _require(para, "context", str, f"{where} paragraph {p}")
@@ -82,10 +85,13 @@ def read_squad(path, strict=False):
                         raise UserError(f"{qwhere}: empty question (--strict; drop --strict to skip such questions)")
                     empty.append(qid)
                     continue
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = _require(qa, "is_impossible", bool, qwhere, default=False)
                 answers = _require(qa, "answers", list, qwhere)
                 if not answers and not impossible:
                     raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
+                if answers and impossible:
+                    raise UserError(f"{qwhere}: is_impossible is true, yet it has answers (SQuAD 2.0 keeps those of "
+                                    f"an unanswerable question under 'plausible_answers')")
                 texts, starts, bad = [], [], False
                 for ans in answers:
                     text = _require(ans, "text", str, qwhere + " answer")

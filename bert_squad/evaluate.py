@@ -16,7 +16,7 @@ import torch
 from bert_squad import distributed, outputs
 from bert_squad.batching import Collator
 from bert_squad.data import to_articles
-from bert_squad.files import write_json_atomic
+from bert_squad.files import directory, writable_directory, write_json_atomic
 
 EVAL_BATCH = 64
 
@@ -92,7 +92,7 @@ def main(argv):
     from bert_squad import cache, model
     from bert_squad.config import AnswerConfig, WindowConfig, add_options, from_args
     from bert_squad.data import read_squad
-    from bert_squad.features import build_features
+    from bert_squad.features import build_features, check_tokenizer
 
     p = argparse.ArgumentParser(prog="bert-squad evaluate", description=main.__doc__)
     p.add_argument("--model-dir", required=True)
@@ -105,16 +105,17 @@ def main(argv):
     args = p.parse_args(argv)
     windows, answers = from_args(WindowConfig, args), from_args(AnswerConfig, args)
     model.go_offline()
-    cache_dir = args.cache_dir or cache.default_cache_dir()
+    cache_dir = directory(args.cache_dir or cache.default_cache_dir(), "--cache-dir ")
     model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)
+    check_tokenizer(tokenizer, examples.records[0], windows)
     module = model.load_qa_model(model_dir)
+    writable_directory(args.output_dir, "--output-dir ")
     dist = distributed.detect()
     with distributed.process_group(dist) as device:
         module.to(device)
         features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist)
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
         metrics = evaluate(module, examples, features, device, tokenizer.pad_token_id, answers, dist,
                            output_dir=args.output_dir)
     if metrics is not None:

@@ -20,7 +20,8 @@ from bert_squad import cache, checkpoint, config, distributed, dsconfig, outputs
 from bert_squad import data as data_lib
 from bert_squad import model as model_lib
 from bert_squad.errors import UserError
-from bert_squad.files import write_json_atomic
+from bert_squad.features import check_tokenizer
+from bert_squad.files import writable_directory, write_json_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
 
@@ -88,13 +89,14 @@ def check_inputs(cfg):
         ds_config = checkpoint.adapt(ds_config, resume_from, dist.world_size)
     train_ex, dev_ex = load_examples(cfg.data)
     tokenizer = model_lib.load_tokenizer(model_dir)
+    check_tokenizer(tokenizer, train_ex.records[0], cfg.windows)
     import transformers
 
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
     module = model_lib.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_ex.version_2
-    check_output_dir(cfg.data.output_dir)  # the last check, and the first thing written
+    writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
     return Inputs(dist, ds_config, train_ex, dev_ex, tokenizer, module, resume_from)
 
 
@@ -350,17 +352,6 @@ def load_examples(data):
         dev = (data_lib.read_squad(data.eval_file, strict=data.strict) if data.eval_file
                else data_lib.load_hub_split(data.dataset, "validation", data.cache_dir))
     return train, (None if data.no_eval else dev)
-
-
-def check_output_dir(path):
-    """Fail before training, not after hours of it, when the output dir cannot be written."""
-    probe = Path(path) / f".write-test-{os.getpid()}"
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
 
 
 def download_only(data):

@@ -69,6 +69,32 @@ def test_explicit_env_wins_over_launcher_variables():
     assert (d.rank, d.launcher, d.master_addr, d.master_port) == (1, "env", "10.1.1.1", 1234)
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE=abc: not a whole number"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK=x: not a whole number"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: must be from 0 to 1 (with WORLD_SIZE=2)"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK=-1: must be from 0 to 1"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be 1 or more"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "first"}, "LOCAL_RANK=first: not a whole number"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "-2"}, "OMPI_COMM_WORLD_SIZE=-2: must be 1 or more"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "two"},
+     "OMPI_COMM_WORLD_LOCAL_SIZE=two: not a whole number"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "1"}, "PMI_RANK=1: must be from 0 to 0 (with PMI_SIZE=1)"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "nid[1-",
+      "SLURM_JOB_ID": "7"}, "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n1",
+      "SLURM_JOB_ID": "7.1"}, "SLURM_JOB_ID=7.1: not a whole number"),
+    ({"MASTER_PORT": "http"}, "MASTER_PORT=http: not a whole number"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000: must be from 1 to 65535"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "}, "MASTER_ADDR is set but empty"),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
+def test_a_launcher_variable_that_cannot_be_is_named_with_its_value(env, message):
+    """Every variable detect reads is checked where it is read (WORLD_SIZE=abc was a ValueError traceback)."""
+    with pytest.raises(UserError) as refused:
+        detect(env)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
 def test_job_ports_differ_between_jobs():
     assert job_port(1001) != job_port(1002)
     assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678))

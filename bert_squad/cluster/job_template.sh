@@ -22,6 +22,7 @@ cd "$BERT_SQUAD_REPO"
 RUNTIME=${BERT_SQUAD_RUNTIME:-{{runtime}}}
 LAUNCHER=${BERT_SQUAD_LAUNCHER:-{{launcher}}}
 REQUEUE=${BERT_SQUAD_REQUEUE:-{{requeue}}}
+case "$REQUEUE" in 0|1) ;; *) die "BERT_SQUAD_REQUEUE=$REQUEUE: use 1 (requeue after a checkpointed stop) or 0" ;; esac
 SCRATCH_DIR=${BERT_SQUAD_SCRATCH:-{{scratch}}}
 export BERT_SQUAD_WORK=${BERT_SQUAD_WORK:-$SCRATCH_DIR/bert-squad}
 IMAGE=${BERT_SQUAD_IMAGE:-{{image}}}
