@@ -357,12 +357,17 @@ def load_examples(data):
 def download_only(data):
     """Login-node step: model, tokenizer and dataset into the cache; one clear line when offline."""
     import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.utils import RepositoryNotFoundError
 
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
     try:
         huggingface_hub.model_info(data.model, timeout=10)
-    except Exception as err:  # any failure here means: no usable hub from this machine
+    except RepositoryNotFoundError:  # reached, but no such model (a typo, or private)
+        raise UserError(f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
+                        f"visible without a token): check its name") from None
+    except Exception as err:  # any other failure here means: no usable hub from this machine
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
                         f"--download-only needs internet (a login node), compute nodes then run offline") from None

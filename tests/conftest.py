@@ -54,7 +54,11 @@ def pytest_configure(config):
     config.stash[_REQUIRE_ALL] = require_all()
     # DeepSpeed's logger writes to the sys.stdout of the moment it is first imported. Imported here, that is
     # the session's; imported inside a test that captures output, it would be that test's stream, closed
-    # afterwards, and every later in-process run would print a logging-error traceback.
+    # afterwards, and every later in-process run would print a logging-error traceback. The accelerator is
+    # picked first, as the CLI does, so that the import does not warn about a missing GPU.
+    from bert_squad.cli import pick_accelerator
+
+    pick_accelerator()
     import deepspeed  # noqa: F401
 
 
@@ -75,6 +79,12 @@ def pytest_runtest_setup(item):
                     "here: the gpu tier covers this host")
     if item.get_closest_marker("mpi") and not shutil.which("mpirun"):
         pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")
+
+
+def pytest_collection_modifyitems(items):
+    """The clusters' own tests (test_fixtures.py) first: they start and break clusters of their own, which
+    they cannot while this session's shared one (a session fixture) is up."""
+    items.sort(key=lambda item: item.path.name != "test_fixtures.py")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -23,9 +23,9 @@ def file_ids(eval_file):
     return question_ids(json.loads(eval_file.read_text())["data"])
 
 
-def evaluate(model, eval_file, out, launcher=()):
+def evaluate(model, eval_file, out, *extra, launcher=()):
     r = run_bert_squad("evaluate", "--model-dir", model, "--eval-file", eval_file, "--output-dir", out,
-                       "--cache-dir", out / "cache", *WINDOWS, launcher=launcher)
+                       "--cache-dir", out / "cache", *WINDOWS, *extra, launcher=launcher)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -62,3 +62,27 @@ def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev,
     metrics = json.loads((out / "eval_metrics.json").read_text())
     assert {"exact_match", "f1"} <= set(metrics) and metrics["questions"] == len(file_ids(sample_dev))
     assert list(json.loads((out / "predictions.json").read_text())) == file_ids(sample_dev)
+
+
+def test_max_answer_length_bounds_every_predicted_span(tiny_model, sample_dev, tmp_path):
+    """`--max-answer-length 1`: every prediction is the text of one context token, or empty where no n-best
+    start and end pair is that short. With the default (30) the same model predicts longer spans too, so it
+    is the option that bounds them."""
+    from bert_squad.data import read_squad
+    from bert_squad.model import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    one_token = {}
+    for r in read_squad(sample_dev).records:
+        offsets = tokenizer(r["context"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        one_token[r["id"]] = {r["context"][a:b] for a, b in offsets}
+    predicted = {}
+    for length in (1, 30):
+        evaluate(tiny_model, sample_dev, tmp_path / str(length), "--max-answer-length", length)
+        predicted[length] = json.loads((tmp_path / str(length) / "predictions.json").read_text())
+    longer = {qid for qid, text in predicted[30].items() if text not in one_token[qid]}
+    assert longer, "with 30 tokens allowed every prediction is one token: the test shows nothing"
+    spans = {qid: text for qid, text in predicted[1].items() if text}
+    assert len(spans) > len(predicted[1]) / 2, predicted[1]
+    assert all(text in one_token[qid] for qid, text in spans.items()), {
+        qid: text for qid, text in spans.items() if text not in one_token[qid]}
