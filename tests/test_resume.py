@@ -105,6 +105,7 @@ def test_signal_under_mpirun_stops_both_ranks_at_one_step(tiny_model, sample_tra
     assert {"rng_rank0.pt", "rng_rank1.pt", MARKER} <= set(files)
 
 
+@pytest.mark.cpu  # two ranks on one host: its CPU (on one GPU, NCCL would refuse the second rank at once)
 def test_a_dead_rank_does_not_hang_the_others(tiny_model, sample_train, tmp_path):
     """Two ranks started by hand (torchrun-style env): kill one; the other must fail, not wait forever.
     Its collectives give up after --dist-timeout (30 s); the deadline to see it exit is generous."""
