@@ -48,10 +48,12 @@ def require_all():
 
 
 _REQUIRE_ALL = pytest.StashKey[bool]()
+_TIERS = pytest.StashKey[frozenset]()
 
 
 def pytest_configure(config):
     config.stash[_REQUIRE_ALL] = require_all()
+    config.stash[_TIERS] = frozenset(line.split(":")[0].strip() for line in config.getini("markers"))
     # DeepSpeed's logger writes to the sys.stdout of the moment it is first imported. Imported here, that is
     # the session's; imported inside a test that captures output, it would be that test's stream, closed
     # afterwards, and every later in-process run would print a logging-error traceback. The accelerator is
@@ -95,13 +97,13 @@ def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if not (report.skipped and item.config.stash[_REQUIRE_ALL]) or hasattr(report, "wasxfail"):
         return
-    tiers = [m.name for m in item.iter_markers() if m.name not in ("parametrize", "usefixtures")]
-    if set(tiers) & set(HARDWARE_TIERS):
+    tiers = {m.name for m in item.iter_markers()} & item.config.stash[_TIERS]
+    if tiers & set(HARDWARE_TIERS):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
     report.longrepr = (f"skipped in a run that must run every tier (CI or BERT_SQUAD_REQUIRE_ALL=1; tiers of this "
-                       f"test: {', '.join(sorted(set(tiers))) or 'none'}): {reason}")
+                       f"test: {', '.join(sorted(tiers)) or 'none'}): {reason}")
 
 
 def shared_squad(name):

@@ -194,10 +194,11 @@ def clear_dead_clusters():
     remove their munge sockets: they would hold ports, cores and munged sockets forever."""
     dead = set()
     for pid, _, environ in _processes():
-        confs = [e[len(b"SLURM_CONF="):].decode(errors="replace") for e in environ if e.startswith(b"SLURM_CONF=")]
-        if confs and Path(confs[0]).name == "slurm.conf" and re.search(r"/pytest-\d+/(slurm|bsqmn)\d*/slurm.conf$",
-                                                                      confs[0]):
-            if not _owner_alive(Path(confs[0]).parent):
+        confs = [Path(e[len(b"SLURM_CONF="):].decode(errors="replace")) for e in environ
+                 if e.startswith(b"SLURM_CONF=")]
+        # make_root's folders: tmp_path_factory.mktemp("slurm") or ("bsqmn"), wherever the basetemp is
+        if confs and confs[0].name == "slurm.conf" and re.fullmatch(rf"(slurm|{PREFIX})\d+", confs[0].parent.name):
+            if not _owner_alive(confs[0].parent):
                 dead.add(pid)
     _kill_all(dead)
     for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):
