@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import standin_runtime
-from conftest import ROOT
+from conftest import ROOT, Started
 from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
@@ -180,6 +180,21 @@ def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(slurm_cluste
     assert re.search(r"checkpoint at step \d+ saved; exiting with 75", text), text[-3000:]
     assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
     assert_ranks_ran_inside(probes(scratch), launcher, "squashfs", job)
+
+
+def test_a_squashfs_mount_never_reaches_the_host(ch_squashfs, tmp_path):
+    """ch-run serves a SquashFS image itself (FUSE) inside a mount namespace of its own: the image is
+    mounted there and never in the host's table, so a container killed with its process group (a cancelled
+    job, a test's teardown) cannot leave a mount behind."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    env = {"PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin", "USER": "root"}
+    with Started(["ch-run", f"--mount={mount}", str(ch_squashfs), "--", "sh", "-c", "echo inside; sleep 600"],
+                 tmp_path / "ch-run", env=env) as container:
+        container.wait_for("^inside$", timeout=120)
+        assert f" {mount} " in Path(f"/proc/{container.proc.pid}/mounts").read_text()
+        assert f" {mount} " not in Path("/proc/self/mounts").read_text()
+    assert f" {mount} " not in Path("/proc/self/mounts").read_text()
 
 
 def _fails_fast(cluster, tmp_path, env, args):
