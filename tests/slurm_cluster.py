@@ -13,6 +13,7 @@ clusters of a session that died (`clear_dead_clusters`).
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -47,10 +48,9 @@ def _which(name):
 class SlurmCluster:
     """Handle on the running cluster: its environment, submission and job state."""
 
-    def __init__(self, root, env, name):
+    def __init__(self, root, env):
         self.root = root
         self.env = env
-        self.name = name
         self.conf = root / "slurm.conf"
 
     def run(self, *cmd, **kw):
@@ -90,16 +90,17 @@ class SlurmCluster:
         return None
 
 
-def _conf(root, host, cpus, name, munge_socket, ctld_addr=None, nodes=None, extra=""):
+def _conf(root, host, cpus, ctld_addr=None, nodes=None, extra=""):
     """slurm.conf text. `nodes` (NodeName lines) replaces the one local node named `host`; `ctld_addr`
     is where clients and slurmds reach slurmctld (default: `host` resolved). `%n` in the slurmd paths
-    is the node name, so several slurmds share one file. Job ids start at a random number: each job's
-    rendezvous port comes from its id, and another test session's cluster on this machine must not
-    hand out the same ids."""
+    is the node name, so several slurmds share one file. The cluster's own munged listens at
+    munge_socket(root) (`running` starts it). Job ids start at a random number: each job's rendezvous
+    port comes from its id, and another test session's cluster on this machine must not hand out the
+    same ids."""
     ctld = f"{host}({ctld_addr})" if ctld_addr else host
     nodes = nodes or [f"NodeName={host} CPUs={cpus} State=UNKNOWN"]
     return f"""\
-ClusterName={name}
+ClusterName=bsq{uuid.uuid4().hex[:8]}
 SlurmctldHost={ctld}
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
@@ -108,7 +109,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # How long a requeued job waits before it may start again (default 120 s): short, so a requeue test resumes.
-AuthInfo=cred_expire=10,socket={munge_socket}
+AuthInfo=cred_expire=10,socket={munge_socket(root)}
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -201,7 +202,7 @@ def clear_dead_clusters():
             if not _owner_alive(confs[0].parent):
                 dead.add(pid)
     _kill_all(dead)
-    for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):
+    for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):  # munge_socket's folders
         if not any(str(folder).encode() in b" ".join(argv) for _, argv, _ in _processes()):
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -218,23 +219,23 @@ def _stop(proc):
             proc.wait(timeout=60)
 
 
-def munge_socket_dir(name):
-    """Where this cluster's munged listens: a folder of its own under /run."""
-    return MUNGE_SOCKETS / f"bsq-munge-{name}"
+def munge_socket(root):
+    """Where the munged of the cluster in `root` listens: a folder of its own under /run."""
+    return MUNGE_SOCKETS / f"bsq-munge-{hashlib.sha1(str(root).encode()).hexdigest()[:12]}" / "munge.socket"
 
 
-def start_munged(cluster, socket_dir):
+def start_munged(root, env):
     """The cluster's own munged, with a fresh key: no machine-wide daemon is started or shared."""
-    key = cluster.root / "munge.key"
+    key = root / "munge.key"
     key.write_bytes(os.urandom(128))
     key.chmod(0o400)
-    socket_dir.mkdir(mode=0o755)
-    proc = subprocess.Popen([_which("munged"), "--foreground", f"--socket={socket_dir}/munge.socket",
-                             f"--key-file={key}", f"--pid-file={cluster.root}/munged.pid",
-                             f"--seed-file={cluster.root}/munged.seed", f"--log-file={cluster.root}/munged.log"],
-                            env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    munge_socket(root).parent.mkdir(mode=0o755)
+    proc = subprocess.Popen([_which("munged"), "--foreground", f"--socket={munge_socket(root)}",
+                             f"--key-file={key}", f"--pid-file={root}/munged.pid",
+                             f"--seed-file={root}/munged.seed", f"--log-file={root}/munged.log"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while not (socket_dir / "munge.socket").exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not munge_socket(root).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     return proc
 
@@ -260,7 +261,7 @@ def wait_idle(cluster, procs, count=1, timeout=60):
                 f"exited daemons {[p.args[:3] for p in procs if p.poll() is not None]}):\n{logs}")
 
 
-def stop_cluster(cluster, procs, socket_dir):
+def stop_cluster(cluster, procs):
     """Cancel the jobs (while slurmctld runs), stop the daemons, kill whatever still carries the cluster's
     SLURM_CONF, remove the munge socket; then check that nothing is left."""
     ctld_runs = any(p.args[0] == _which("slurmctld") and p.poll() is None for p in procs)
@@ -271,43 +272,52 @@ def stop_cluster(cluster, procs, socket_dir):
     while (left := leftovers(cluster.conf)) and time.monotonic() < deadline:
         _kill_all(left)
         time.sleep(0.2)
-    shutil.rmtree(socket_dir, ignore_errors=True)
+    shutil.rmtree(munge_socket(cluster.root).parent, ignore_errors=True)
     assert not left and not stuck, f"the test Slurm left {stuck or ''} processes {left}"
 
 
 @contextlib.contextmanager
-def running(cluster, start_slurmds, count=1):
+def running(cluster, start_slurmds, count=1, daemon_env=None):
     """munged, slurmctld and the slurmds `start_slurmds(cluster)` starts, until the `with` ends; stopped
-    whatever happened, also when a daemon failed to start (stop_cluster)."""
-    socket_dir = munge_socket_dir(cluster.name)
+    whatever happened, also when a daemon failed to start (stop_cluster). `daemon_env`: the daemons'
+    environment where it differs from the clients' (it must keep SLURM_CONF)."""
+    daemon_env = daemon_env or cluster.env
     procs = []
     try:
-        procs.append(start_munged(cluster, socket_dir))
-        procs.append(start_slurmctld(cluster.conf, cluster.env))
+        procs.append(start_munged(cluster.root, daemon_env))
+        procs.append(start_slurmctld(cluster.conf, daemon_env))
         procs += start_slurmds(cluster)
         wait_idle(cluster, procs, count=count)
         yield cluster
     finally:
-        stop_cluster(cluster, procs, socket_dir)
+        stop_cluster(cluster, procs)
+
+
+@contextlib.contextmanager
+def single_node(root, conf, env, daemon_env=None, slurmd_args=()):
+    """munged, slurmctld and one slurmd on this host for `conf`; the cluster once its node is idle, all of it
+    stopped on the way out. `slurmd_args` are added to slurmd's command line (the fixture's own test makes
+    it fail with them)."""
+    def slurmd(cluster):
+        return [subprocess.Popen([_which("slurmd"), "-D", "-f", str(conf), *slurmd_args], env=daemon_env or env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+    cluster = SlurmCluster(root, env)
+    cluster.conf = conf
+    with running(cluster, slurmd, daemon_env=daemon_env):
+        yield cluster
 
 
 @contextlib.contextmanager
 def local_slurm(root, slurmd_args=()):
-    """A one-node cluster of this host in `root` (make_root), torn down on the way out. `slurmd_args`
-    are added to slurmd's command line (the fixture's own test makes it fail with them)."""
+    """A one-node cluster of this host in `root` (make_root), torn down on the way out."""
     require_slurm()
     clear_dead_clusters()
-    host, name = socket.gethostname(), f"bsq{uuid.uuid4().hex[:8]}"
+    host = socket.gethostname()
     (root / "spool" / host).mkdir()
     conf = root / "slurm.conf"
-    conf.write_text(_conf(root, host, os.cpu_count(), name, munge_socket_dir(name) / "munge.socket"))
-    cluster = SlurmCluster(root, {**os.environ, "SLURM_CONF": str(conf)}, name)
-
-    def slurmd(c):
-        return [subprocess.Popen([_which("slurmd"), "-D", "-f", str(conf), *slurmd_args], env=c.env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-
-    with running(cluster, slurmd):
+    conf.write_text(_conf(root, host, os.cpu_count()))
+    with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}, slurmd_args=slurmd_args) as cluster:
         yield cluster
 
 
@@ -439,8 +449,9 @@ class Node:
 class MultinodeCluster(SlurmCluster):
     """A SlurmCluster whose nodes are network namespaces; `nodes` in order node1, node2, ..."""
 
-    def __init__(self, root, env, name, nodes, subnet):
-        super().__init__(root, env, name)
+    def __init__(self, root, env, conf, nodes, subnet):
+        super().__init__(root, env)
+        self.conf = conf
         self.nodes = nodes
         self.subnet = subnet
         self.ctld_addr = f"{subnet}.1"
@@ -536,22 +547,21 @@ def multinode_slurm(root, count=2, cpus=2, subnet=DEFAULT_SUBNET, slurmd_args=()
             _ip("netns", "del", probe)
             nodes = [Node(i, subnet) for i in range(1, count + 1)]
             _network(nodes, subnet)
-            name = f"{PREFIX}{uuid.uuid4().hex[:6]}"
+            conf = root / "slurm.conf"
             # SlurmdTimeout: a node that stops answering is DOWN (and its jobs end) in seconds, not 5 minutes.
-            (root / "slurm.conf").write_text(_conf(
-                root, socket.gethostname(), cpus, name, munge_socket_dir(name) / "munge.socket",
-                ctld_addr=f"{subnet}.1", extra="SlurmdTimeout=20\n",
+            conf.write_text(_conf(
+                root, socket.gethostname(), cpus, ctld_addr=f"{subnet}.1", extra="SlurmdTimeout=20\n",
                 nodes=[f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
                        for n in nodes]))
             # Open MPI: its TCP traffic (the orted wire-up, oob, and the ranks' messages, btl) on the bridge
             # subnet only. A node's namespace has only lo and eth0, and Open MPI skips loopback for remote
             # peers, so mpirun and mpi4py across the nodes also work without these (checked); they keep it
             # that way on a machine with more interfaces. sbatch exports them to every job (and mpirun).
-            env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf"),
+            env = {**os.environ, "SLURM_CONF": str(conf),
                    "OMPI_MCA_btl": "tcp,self",
                    "OMPI_MCA_btl_tcp_if_include": f"{subnet}.0/24",
                    "OMPI_MCA_oob_tcp_if_include": f"{subnet}.0/24"}
-            cluster = MultinodeCluster(root, env, name, nodes, subnet)
+            cluster = MultinodeCluster(root, env, conf, nodes, subnet)
             with running(cluster, lambda c: [c.start_node(n.name, slurmd_args) for n in nodes], count=count):
                 yield cluster
         finally:
