@@ -355,7 +355,7 @@ def _netns_pids(ns):
     return [int(p) for p in out if p.isdigit()]
 
 
-def _our_processes():
+def multinode_processes():
     """Every process of a multinode cluster, this session's or a dead one's: its SLURM_CONF is in a folder
     of this fixture (daemons, munged, slurmstepd and the jobs' processes all carry it)."""
     mark = f"/{PREFIX}".encode()
@@ -419,7 +419,7 @@ def cleanup_multinode():
                   if line.startswith(PREFIX)]
     for ns in namespaces:
         _kill_all(_netns_pids(ns))
-    _kill_all(_our_processes())
+    _kill_all(multinode_processes())
     links = [m for m in re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False).stdout, re.M)
              if m.startswith(PREFIX)]
     for link in sorted(links, key=lambda name: name == BRIDGE):  # veths first, the bridge last

@@ -38,7 +38,7 @@ def test_a_multinode_cluster_that_fails_half_way_leaves_nothing(tmp_path_factory
     message = _fails_to_start(sc.multinode_slurm(root, slurmd_args=["-N", "nosuchnode"]))
     assert 'lookup failure for node "nosuchnode"' in message, message
     conf = root / "slurm.conf"
-    assert sc.leftovers(conf) == [] and sc._our_processes() == []
+    assert sc.leftovers(conf) == [] and sc.multinode_processes() == []
     assert not sc.munge_socket(root).parent.exists()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=60).stdout
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=60).stdout
