@@ -203,8 +203,19 @@ def clear_dead_clusters():
                 dead.add(pid)
     _kill_all(dead)
     for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):  # munge_socket's folders
-        if not any(str(folder).encode() in b" ".join(argv) for _, argv, _ in _processes()):
+        if not _answers(folder / "munge.socket"):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _answers(unix_socket):
+    """Whether a daemon listens on `unix_socket`. Asked of the socket itself, not read from /proc: a process
+    this one cannot see (another user namespace) must not make a live cluster's socket look abandoned."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(unix_socket))
+        except OSError:
+            return False
+    return True
 
 
 # --- starting and stopping a cluster -------------------------------------------------------------------

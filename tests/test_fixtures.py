@@ -77,6 +77,28 @@ def test_processes_of_a_dead_session_are_cleared_and_a_live_ones_kept(tmp_path_f
             proc.wait(timeout=60)
 
 
+def test_a_munge_socket_is_removed_only_when_nothing_answers_on_it():
+    """A dead cluster's munge socket folder under /run goes; a live one stays, even where its munged is not
+    visible in /proc (it is asked on the socket itself)."""
+    import shutil
+    import socket
+
+    live, dead = (sc.MUNGE_SOCKETS / f"bsq-munge-fixture-test-{kind}-{os.getpid()}" for kind in ("live", "dead"))
+    listening, gone = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    try:
+        for folder, sock in ((live, listening), (dead, gone)):
+            folder.mkdir()
+            sock.bind(str(folder / "munge.socket"))
+        listening.listen()
+        gone.close()  # its socket file stays, with nothing behind it
+        sc.clear_dead_clusters()
+        assert live.exists() and not dead.exists()
+    finally:
+        listening.close()
+        for folder in (live, dead):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_lock_whose_holder_died_is_taken(tmp_path):
     """A live holder is waited for (here 1 s) and named when the wait runs out; once it dies (killed, as a
     crash), the lock is taken at once."""
