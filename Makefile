@@ -62,7 +62,7 @@ demo: $(STAMP)
 	  --output-dir runs/demo --cache-dir cache
 
 test: system-deps ch-image pyxis $(STAMP)
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=10
 	$(MAKE) test-compat
 
 # A second environment with the oldest supported transformers (4.x), for the tests that matter most there.

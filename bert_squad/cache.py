@@ -14,10 +14,14 @@ import os
 from pathlib import Path
 
 from bert_squad.errors import UserError
+from bert_squad.files import directory
 
 
 def default_cache_dir():
-    return os.environ.get("BERT_SQUAD_CACHE", "./cache")
+    """$BERT_SQUAD_CACHE, or ./cache; a variable that names a file (or is empty) is refused here, where it is read."""
+    if os.environ.get("BERT_SQUAD_CACHE") == "":
+        raise UserError("BERT_SQUAD_CACHE is set but empty: unset it (./cache) or name the cache directory")
+    return str(directory(os.environ.get("BERT_SQUAD_CACHE", "./cache"), "BERT_SQUAD_CACHE="))
 
 
 def hub_dir(cache_dir):

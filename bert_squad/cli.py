@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from bert_squad import runtime
-from bert_squad.errors import exit_code
+from bert_squad.errors import debug_requested, exit_code
 
 
 @dataclass(frozen=True)
@@ -67,12 +67,12 @@ def load(spec):
 
 def run(name, args, prog):
     """Run command `name` on `args`; its exit code."""
-    debug = "--debug" in args or os.environ.get("BERT_SQUAD_DEBUG") == "1"
     command = COMMANDS[name]
+    debug = "--debug" in args or os.environ.get("BERT_SQUAD_DEBUG") == "1"  # for the traceback; checked below
 
     def parse_prepare_run():
         options = load(command.parse)(args)
-        runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug)
+        runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug or debug_requested())
         return load(command.run)(options)
 
     return exit_code(parse_prepare_run, prog, debug)

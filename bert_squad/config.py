@@ -9,12 +9,13 @@ code that writes training command lines (the cluster's launch and sweep) without
 
 import argparse
 import dataclasses
-import os
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 from bert_squad.cache import default_cache_dir
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, debug_requested
+from bert_squad.files import directory
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
@@ -27,6 +28,15 @@ def option(default, help, flag=None, sweep="grid", **kwargs):
     model, data and cache, so the runs share one feature cache), "per-run" leave it to the sweep (seed,
     output dir, resume)."""
     return field(default=default, metadata=dict(help=help, flag=flag, sweep=sweep, **kwargs))
+
+
+def _within(obj, names, what, low=-math.inf, high=math.inf):
+    """Each option (if given) a finite number from `low` to `high`: NaN, infinities and values out of range
+    are one line, instead of a traceback deep in the run."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            raise UserError(f"--{name.replace('_', '-')} {value}: must be {what}")
 
 
 def _positive(obj, *names):
@@ -58,6 +68,7 @@ class DataConfig:
                             f"or give --train-file/--eval-file")
         if self.cache_dir is None:  # resolved once here, so every part of the run sees the same cache
             object.__setattr__(self, "cache_dir", default_cache_dir())
+        directory(self.cache_dir, "--cache-dir ")
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class PostprocessConfig:
 
     def __post_init__(self):
         _positive(self, "max_answer_length")
+        _within(self, ["null_score_diff_threshold"], "a finite number")
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,9 @@ class TrainConfig:
 
     def __post_init__(self):
         _positive(self, "log_every")
+        _within(self, ["epochs", "max_steps", "eval_every"], "a finite number, 0 or more", low=0)
+        _within(self, ["warmup_ratio"], "a fraction from 0 to 1", low=0, high=1)
+        _within(self, ["seed"], "from 0 to 2**32 - 1", low=0, high=2**32 - 1)
         if self.epochs <= 0 and self.max_steps <= 0:
             raise UserError("nothing to train: give --epochs or --max-steps")
 
@@ -128,6 +143,7 @@ class FaultConfig:
 
     def __post_init__(self):
         _positive(self, "keep_checkpoints", "dist_timeout")
+        _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,9 @@ class SpeedConfig:
     pad_to_max_length: bool = option(False, "pad every batch to --max-seq-length (for comparison)")
     compile: bool = option(False, "torch.compile the model")
     peak_tflops: Optional[float] = option(None, "device peak for MFU when not in the built-in table")
+
+    def __post_init__(self):
+        _within(self, ["peak_tflops"], "a positive number of TFLOP/s", low=1e-6)
 
 
 @dataclass(frozen=True)
@@ -221,4 +240,4 @@ def parse_run_config(argv):
     """The training command line as a RunConfig; bad values are one-line UserErrors."""
     args = training_parser().parse_args(argv)
     groups = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
-    return RunConfig(**groups, debug=args.debug or os.environ.get("BERT_SQUAD_DEBUG") == "1")
+    return RunConfig(**groups, debug=args.debug or debug_requested())

@@ -33,10 +33,12 @@ class Examples:
                 f"{len(self.empty_question_ids)} skipped (empty question)")
 
 
-def _require(obj, key, kind, where):
-    if not isinstance(obj, dict) or key not in obj:
+def _require(obj, key, kind, where, default=None):
+    """obj[key] if it has the format's JSON type (true/false are no numbers); missing: `default`, or an error
+    when the field is required (no default)."""
+    if not isinstance(obj, dict) or (key not in obj and default is None):
         raise UserError(f"{where}: missing field '{key}'")
-    value = obj[key]
+    value = obj.get(key, default)
     if not squad.has_type(value, kind):
         raise UserError(f"{where}: field '{key}' should be {squad.json_type_name(kind)}, not {value!r:.40}")
     return value
@@ -58,10 +60,13 @@ def _question(qa, context, path, where):
     question = _require(qa, "question", str, qwhere)
     if not question.strip():
         raise _Skip("empty", f"{qwhere}: empty question")
-    impossible = _require(qa, "is_impossible", bool, qwhere) if "is_impossible" in qa else False
+    impossible = _require(qa, "is_impossible", bool, qwhere, default=False)
     answers = _require(qa, "answers", list, qwhere)
     if not answers and not impossible:
         raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
+    if answers and impossible:
+        raise UserError(f"{qwhere}: is_impossible is true, yet it has answers (SQuAD 2.0 keeps those of an "
+                        f"unanswerable question under 'plausible_answers')")
     texts = [_require(ans, "text", str, qwhere + " answer") for ans in answers]
     starts = [_require(ans, "answer_start", int, qwhere + " answer") for ans in answers]
     if any(context[s:s + len(t)] != t or not t.strip() for t, s in zip(texts, starts)):
@@ -72,8 +77,9 @@ def _question(qa, context, path, where):
 
 def _paragraphs(doc, path):
     """(title, context, qas, where) of every paragraph, checking the nesting on the way."""
+    _require(doc, "version", str, str(path), default="")
     for a, article in enumerate(_require(doc, "data", list, str(path))):
-        title = article.get("title", "") if isinstance(article, dict) else ""
+        title = _require(article, "title", str, f"{path}: article {a}", default="")
         where = f"{path}: article {a} ({title!r})" if title else f"{path}: article {a}"
         for p, para in enumerate(_require(article, "paragraphs", list, where)):
             context = _require(para, "context", str, f"{where} paragraph {p}")

@@ -38,10 +38,6 @@ class DistEnv:
         return self.rank == 0
 
 
-def _first_host(nodelist):
-    return hostlist.expand_hostlist(nodelist)[0]
-
-
 def job_port(job_id):
     """The rendezvous port of a job, derived from its id (Slurm's job id, or the PMIx namespace mpirun gives
     all its ranks) so two jobs sharing a node do not collide.
@@ -69,17 +65,22 @@ def started_by_launcher(env=None):
 
 
 def detect(env=None):
-    """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins."""
+    """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins. Every variable is
+    checked where it is read: a value that is no number, or a layout that cannot be, is one line naming it."""
     env = os.environ if env is None else env
     for launcher, rank_var, size_var, local_var in SOURCES:
         if rank_var in env and size_var in env:
-            rank, size = int(env[rank_var]), int(env[size_var])
-            local = int(env.get(local_var, env.get("PALS_LOCAL_RANKID", rank)))
+            size = env_number(env, size_var, low=1)
+            rank = env_number(env, rank_var, high=size - 1, of=f" (with {size_var}={env[size_var]})")
+            local_var = local_var if local_var in env else "PALS_LOCAL_RANKID"
+            local = env_number(env, local_var) if local_var in env else rank
             break
     else:
         launcher, rank, size, local = "single", 0, 1, 0
     if "MASTER_ADDR" in env:
         addr = env["MASTER_ADDR"]
+        if not addr.strip():
+            raise UserError("MASTER_ADDR is set but empty: unset it or give the first node's address")
     elif "SLURM_JOB_NODELIST" in env and size > 1:
         addr = _first_host(env["SLURM_JOB_NODELIST"])
     elif size == 1 or _single_node(env, size):
@@ -88,9 +89,9 @@ def detect(env=None):
         raise UserError("cannot tell the master address of a multi-node run: set MASTER_ADDR "
                         "(the Slurm templates set it from SLURM_JOB_NODELIST)")
     if "MASTER_PORT" in env:
-        port = int(env["MASTER_PORT"])
+        port = env_number(env, "MASTER_PORT", low=1, high=65535)
     elif "SLURM_JOB_ID" in env:
-        port = job_port(env["SLURM_JOB_ID"])
+        port = job_port(env_number(env, "SLURM_JOB_ID"))
     elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
         port = job_port(env["PMIX_NAMESPACE"])
     else:
@@ -98,9 +99,31 @@ def detect(env=None):
     return DistEnv(rank, size, local, addr, port, launcher)
 
 
+def env_number(env, name, low=0, high=None, of=""):
+    """The whole number in env[name], or a UserError naming the variable, its value and the range (`of`: why)."""
+    value = env[name]
+    try:
+        number = int(value)
+    except ValueError:
+        raise UserError(f"{name}={value}: not a whole number") from None
+    if number < low or (high is not None and number > high):
+        bound = f"from {low} to {high}" if high is not None else f"{low} or more"
+        raise UserError(f"{name}={value}: must be {bound}{of}")
+    return number
+
+
+def _first_host(nodelist):
+    try:
+        return hostlist.expand_hostlist(nodelist)[0]
+    except (hostlist.BadHostlist, IndexError) as err:
+        raise UserError(f"SLURM_JOB_NODELIST={nodelist}: not a Slurm node list ({err or 'empty'})") from None
+
+
 def _single_node(env, size):
-    local_size = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or env.get("MPI_LOCALNRANKS")
-    return local_size is not None and int(local_size) == size
+    for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        if name in env:
+            return env_number(env, name, low=1) == size
+    return False
 
 
 def _free_port():
@@ -120,7 +143,9 @@ def process_group(dist, timeout_s=600):
     On the way out every rank waits for the others and the group is destroyed while the interpreter
     is still whole: a gloo rank that simply exits while a peer still works dies in C++
     (`terminate called without an active exception`, exit 134; pytorch/pytorch#190489).
-    After an error there is no barrier, so a failing rank cannot hang the job on its way out. The rank
+    After an error there is no barrier, so a failing rank cannot hang the job on its way out. DeepSpeed
+    destroys it, so that it also forgets the groups it cloned from it: a second command in the same process
+    (an API user, the in-process CLI fuzz) failed on the stale clone in deepspeed.initialize. The rank
     variables are the process's only while the group lives."""
     previous = {var: os.environ.get(var) for var in RANK_VARS}
     os.environ.update(zip(RANK_VARS, map(str, (dist.rank, dist.world_size, dist.local_rank, dist.master_addr,
@@ -131,9 +156,11 @@ def process_group(dist, timeout_s=600):
         ok = True
     finally:
         if is_initialized():
+            import deepspeed.comm  # loaded: the group was started through it
+
             if ok:
                 td.barrier()
-            td.destroy_process_group()
+            deepspeed.comm.destroy_process_group()
         for var, value in previous.items():
             if value is None:
                 os.environ.pop(var, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bert_squad import cache, config
 from bert_squad.errors import UserError
-from bert_squad.files import ensure_writable_dir
+from bert_squad.files import writable_directory
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -46,12 +46,17 @@ def download(cfg):
     """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; one clear line
     when the hub cannot be reached."""
     import huggingface_hub  # heavy: check-cache, in the same module, needs none of it
+    from huggingface_hub import constants
+    from huggingface_hub.utils import RepositoryNotFoundError
 
     data = cfg.data
-    ensure_writable_dir(data.cache_dir, "cache dir")
+    writable_directory(data.cache_dir, "--cache-dir ")
     try:
         huggingface_hub.model_info(data.model, timeout=10)
-    except Exception as err:  # any failure here means: no usable hub from this machine
+    except RepositoryNotFoundError:  # reached, but no such model (a typo, or private)
+        raise UserError(f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
+                        f"visible without a token): check its name") from None
+    except Exception as err:  # any other failure here means: no usable hub from this machine
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
                         f"--download-only needs internet (a login node), compute nodes then run offline") from None
@@ -73,5 +78,5 @@ def check_cache(cfg):
     print(f"model: {cache.find_model(cfg.data.model, cfg.data.cache_dir)}")
     if not cfg.data.train_file:
         print(f"dataset: {cache.find_dataset(cfg.data.dataset, cfg.data.cache_dir)}")
-    ensure_writable_dir(cfg.data.output_dir, "output dir")
+    writable_directory(cfg.data.output_dir, "--output-dir ")
     return 0

@@ -1,5 +1,6 @@
 """The one exception type users see, and how a command turns it into a single error line and exit code 2."""
 
+import os
 import sys
 import traceback
 
@@ -10,6 +11,15 @@ class UserError(Exception):
     """Bad input or environment: the message names the file, field, id or key at fault."""
 
     exit_code = EXIT_USAGE
+
+
+def debug_requested():
+    """BERT_SQUAD_DEBUG: 1 shows tracebacks (as --debug does), 0 or unset does not; anything else is refused
+    rather than silently read as 0."""
+    value = os.environ.get("BERT_SQUAD_DEBUG", "0")
+    if value not in ("0", "1"):
+        raise UserError(f"BERT_SQUAD_DEBUG={value}: use 1 (tracebacks and DeepSpeed's info logging) or 0")
+    return value == "1"
 
 
 def exit_code(action, prog, debug=False):

@@ -15,8 +15,8 @@ import torch
 from bert_squad import cache, config, distributed, model, outputs
 from bert_squad.batching import Collator
 from bert_squad.data import read_squad
-from bert_squad.features import build_features
-from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic
+from bert_squad.features import build_features, check_tokenizer
+from bert_squad.files import directory, writable_directory, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import postprocess_predictions
 from bert_squad.squad import to_articles
@@ -103,13 +103,13 @@ def parse(argv):
 def run(parsed):
     """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
     args, windows, postprocess = parsed
-    cache_dir = args.cache_dir or cache.default_cache_dir()
-    not_a_file(cache_dir, "cache dir")
+    cache_dir = directory(args.cache_dir or cache.default_cache_dir(), "--cache-dir ")
     model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)
+    check_tokenizer(tokenizer, examples.records[0], windows)
     module = model.load_qa_model(model_dir)
-    ensure_writable_dir(args.output_dir, "output dir")
+    writable_directory(args.output_dir, "--output-dir ")
     dist = distributed.detect()
     with distributed.process_group(dist) as device:
         module.to(device)

@@ -19,7 +19,7 @@ import torch
 
 from bert_squad import checkpoint, config, model
 from bert_squad.errors import UserError
-from bert_squad.files import ensure_writable_dir
+from bert_squad.files import writable_directory
 
 WHOLE_MODEL = "mp_rank_00_model_states.pt"  # DeepSpeed's file of the whole model, ZeRO stages 0-2
 
@@ -46,7 +46,7 @@ def run(args):
     missing = sorted(set(module.state_dict()) - set(state))
     if missing:
         raise UserError(f"{found.path}: its weights lack {missing[0]} of the model its config describes")
-    ensure_writable_dir(args.output_dir, "output dir")
+    writable_directory(args.output_dir, "--output-dir ")
     model.export(module, state, tokenizer, Path(args.output_dir))
     print(f"exported {found.path} to {args.output_dir}")
     return 0

@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from bert_squad import cache, distributed
+from bert_squad.errors import UserError
 
 FEATURES_FORMAT = 2  # bump when the feature layout changes, so old caches are not reused
 
@@ -95,6 +96,27 @@ def _cache_key(examples, tokenizer, windows, train):
     return h.hexdigest()[:20]
 
 
+def check_tokenizer(tokenizer, record, windows):
+    """Once, on the first question, before any feature is built: the tokenizer must turn the context into
+    tokens with character offsets (a byte-level BPE or WordPiece vocabulary that matches nothing of the text
+    gives none) and mark it as the second sequence of the pair (a post-processor template without it does
+    not). Either way labels and answers could not be placed; said in one line naming the tokenizer. The
+    windows must fit the model (its tokenizer's model_max_length): longer ones died in its embeddings."""
+    where = f"{tokenizer.name_or_path}: its tokenizer"
+    if windows.max_seq_length > tokenizer.model_max_length:
+        raise UserError(f"--max-seq-length {windows.max_seq_length}: {tokenizer.name_or_path} takes at most "
+                        f"{tokenizer.model_max_length} tokens (its tokenizer's model_max_length)")
+    alone = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True)
+    if not any(end > start for start, end in alone["offset_mapping"]):
+        raise UserError(f"{where} turns the context of question {record['id']} into no tokens with character "
+                        f"offsets (an empty vocabulary, or one made for other text?)")
+    pair = tokenizer(record["question"], record["context"])
+    if 1 not in pair.sequence_ids():
+        raise UserError(f"{where} does not mark the context of question {record['id']} as a second sequence "
+                        f"(its post-processor template has no pair with $B): question and context cannot be told "
+                        f"apart")
+
+
 def build_features(examples, tokenizer, windows, cache_dir, train, dist=None):
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
@@ -103,6 +125,7 @@ def build_features(examples, tokenizer, windows, cache_dir, train, dist=None):
     """
     import datasets  # heavy: not for the commands that tokenize nothing
 
+    check_tokenizer(tokenizer, examples.records[0], windows)
     ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
     fn = prepare_train if train else prepare_eval
     kind = "train" if train else "eval"

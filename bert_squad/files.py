@@ -32,6 +32,33 @@ def read_json(path, what="a JSON file"):
         raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
 
 
+def directory(path, given_as):
+    """`path`, given as `given_as` ("--cache-dir ", "BERT_SQUAD_CACHE="), for a directory a command will
+    fill, checked before any work: an existing directory, or one that can be made because nothing on its
+    way is a file. Nothing is created. A UserError naming the option and what is in the way otherwise."""
+    path = Path(path)
+    for part in (path, *path.parents):
+        if part.is_dir():
+            return path
+        if part.exists():
+            where = "" if part == path else f" ({part} is a file)"
+            raise UserError(f"{given_as}{path}: not a directory{where}")
+    return path
+
+
+def writable_directory(path, given_as):
+    """Fail before the work, not after hours of it, when an output directory cannot be written: `directory`,
+    then made (the first thing a command writes) and written to once."""
+    probe = directory(path, given_as) / f".write-test-{os.getpid()}"
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
+    return Path(path)
+
+
 def write_text_atomic(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -46,21 +73,3 @@ def write_text_atomic(path, text):
 def write_json_atomic(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
 
-
-def not_a_file(path, what="directory"):
-    """A directory option may name a directory or nothing yet, never a file."""
-    if Path(path).exists() and not Path(path).is_dir():
-        raise UserError(f"{path}: {what} is a file, not a directory")
-
-
-def ensure_writable_dir(path, what="directory"):
-    """Create `path` if needed and prove it can be written, so a run fails before its work, not after."""
-    path = Path(path)
-    not_a_file(path, what)
-    probe = path / f".write-test-{os.getpid()}"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{path}: {what} cannot be written ({err.strerror})") from None

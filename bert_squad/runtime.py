@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from bert_squad import transport
+from bert_squad.errors import UserError
 
 # Set for every command but `download`: compute nodes are offline, and the libraries must not try.
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -64,7 +65,11 @@ def _quiet_loaded_libraries(level):
 
 
 def _prepare_deepspeed(debug):
-    import deepspeed  # heavy: only the commands that start DeepSpeed import it
+    try:  # its import picks the accelerator, and refuses a DS_ACCELERATOR it does not know
+        import deepspeed  # heavy: only the commands that start DeepSpeed import it
+    except ValueError as err:
+        raise UserError(f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')}: not an accelerator DeepSpeed knows "
+                        f"({str(err).split('. Value')[0]})") from None
     from deepspeed.accelerator import get_accelerator
 
     deepspeed.utils.logger.setLevel(logging.INFO if debug else logging.WARNING)

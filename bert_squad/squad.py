@@ -7,11 +7,6 @@
 `is_impossible` and `plausible_answers` are v2.0's; everything else is common to both versions.
 """
 
-# field -> the JSON type it must have, where the format defines one (bool is not an int here).
-QUESTION_FIELDS = {"id": str, "question": str, "answers": list, "is_impossible": bool}
-ANSWER_FIELDS = {"text": str, "answer_start": int}
-
-
 def json_type_name(kind):
     return {str: "a string", list: "a list", bool: "true or false", int: "an integer", dict: "an object"}[kind]
 

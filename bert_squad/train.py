@@ -31,8 +31,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report, universal
 from bert_squad.batching import BatchPlan, Collator
 from bert_squad.evaluate import evaluate
-from bert_squad.features import build_features, feature_report
-from bert_squad.files import ensure_writable_dir, not_a_file, write_json_atomic, write_text_atomic
+from bert_squad.features import build_features, check_tokenizer, feature_report
+from bert_squad.files import directory, writable_directory, write_json_atomic, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
 
@@ -83,7 +83,7 @@ class Run:
 
 def main(cfg):
     inputs = check(cfg)
-    ensure_writable_dir(cfg.data.output_dir, "output dir")  # the last check, and the first thing written
+    writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
     with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device:
         print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
         run = build(inputs, device)
@@ -95,8 +95,7 @@ def main(cfg):
 
 def check(cfg):
     """Everything that can be wrong with the input, found before any process group or file exists."""
-    not_a_file(cfg.data.cache_dir, "cache dir")
-    not_a_file(cfg.data.output_dir, "output dir")
+    directory(cfg.data.output_dir, "--output-dir ")
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
@@ -109,6 +108,7 @@ def check(cfg):
         universal.check_convertible(resume_from.path)
     train_examples, dev_examples = data.load_examples(cfg.data)
     tokenizer = model.load_tokenizer(model_dir)
+    check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
     module = model.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).

@@ -50,7 +50,7 @@ def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_p
         ev = subprocess.run([PYTHON, "-m", "bert_squad", "evaluate", "--model-dir", tiny_model, "--eval-file",
                              sample_dev_v2, "--output-dir", out, "--cache-dir", tmp_path / "cache",
                              "--null-score-diff-threshold", str(threshold), *map(str, window_args)],
-                            capture_output=True, text=True, cwd=ROOT)
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert ev.returncode == 0, ev.stderr
         return out
 

@@ -14,6 +14,7 @@ def throughput(*args):
                           text=True, cwd=ROOT, timeout=600)
 
 
+@pytest.mark.cpu
 def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_train, tmp_path):
     r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 256, "--steps", 4,
                    "--cache-dir", tmp_path)

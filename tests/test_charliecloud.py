@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import standin_runtime
-from conftest import ROOT, require_mpirun
-from test_slurm import finished, job_env, submit, warn_when_training
+from conftest import ROOT, Started
+from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 
@@ -75,7 +75,7 @@ def ch_image(tmp_path_factory):
     cached = cached_image("ch-run")
     image = tmp_path_factory.mktemp("ch") / "image"
     # ch-run binds only onto directories the image has; a user does the same mkdir before ch-convert.
-    subprocess.run(["cp", "-al", str(cached), str(image)], check=True)
+    subprocess.run(["cp", "-al", str(cached), str(image)], check=True, timeout=600)
     for path in [*_interpreter_dirs(), str(ROOT)]:
         (image / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     # The image's ENV as ch-image writes it: the job applies it (ch-run --set-env), as Sarus/Singularity do.
@@ -94,7 +94,7 @@ def ch_squashfs(ch_image):
     sqfs = ch_image.parent / "image.sqfs"
     # Uncompressed and on one core: the same machine runs other tests.
     subprocess.run(["mksquashfs", str(ch_image), str(sqfs), "-noappend", "-quiet", "-no-progress",
-                    "-noI", "-noD", "-noF", "-noX", "-processors", "1"], check=True, capture_output=True)
+                    "-noI", "-noD", "-noF", "-noX", "-processors", "1"], check=True, capture_output=True, timeout=1200)
     return sqfs
 
 
@@ -149,15 +149,17 @@ def assert_ranks_ran_inside(records, launcher, image_kind, job):
             assert rec["parent"] != "ch-run" and not rec["root_fs"].startswith("fuse"), rec
 
 
-@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def two_ranks(cluster, tmp_path, args, env):
+    return submit(cluster, tmp_path, args, env, ["--ntasks-per-node=2"])
+
+
+@LAUNCHERS
 def test_two_ranks_train_inside_charliecloud(slurm_cluster, tiny_model, ch_image, tmp_path, launcher):
-    if launcher == "mpirun":
-        require_mpirun()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = scratch / "model"
     env = ch_env(scratch, ch_image, BERT_SQUAD_LAUNCHER=launcher)
-    job, log = submit(slurm_cluster, tmp_path, ch_train_args(tiny_model, out), env)
+    job, log = two_ranks(slurm_cluster, tmp_path, ch_train_args(tiny_model, out), env)
     info, text = finished(slurm_cluster, job, log)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
     assert "rank 0/2" in text and "rank 1/2" in text, text[-4000:]
@@ -171,20 +173,18 @@ def test_two_ranks_train_inside_charliecloud(slurm_cluster, tiny_model, ch_image
     assert_ranks_ran_inside(probes(scratch), launcher, "directory", job)
 
 
-@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+@LAUNCHERS
 def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(slurm_cluster, tiny_model, ch_squashfs,
                                                                      tmp_path, launcher):
     """USR1 to the batch shell -> launcher -> the ranks' process groups: python checkpoints and exits 75,
     while ch-run, which stays as the FUSE server of a SquashFS image, ignores it (else it dies of it)."""
-    if launcher == "mpirun":
-        require_mpirun()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = scratch / "model"
     args = ch_train_args(tiny_model, out, "--log-every", "1", "--no-eval")
     args = [a for a in args if a not in ("--eval-file", "bert_squad/sample/dev-v1.1.json")]
     args[args.index("--max-steps") + 1] = "100000"
-    job, log = submit(slurm_cluster, tmp_path, args, ch_env(scratch, ch_squashfs, BERT_SQUAD_LAUNCHER=launcher))
+    job, log = two_ranks(slurm_cluster, tmp_path, args, ch_env(scratch, ch_squashfs, BERT_SQUAD_LAUNCHER=launcher))
     info, text = warn_when_training(slurm_cluster, job, log)
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
     assert "USR1 received" in text and "stopped at a checkpoint" in text
@@ -193,8 +193,23 @@ def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(slurm_cluste
     assert_ranks_ran_inside(probes(scratch), launcher, "squashfs", job)
 
 
+def test_a_squashfs_mount_never_reaches_the_host(ch_squashfs, tmp_path):
+    """ch-run serves a SquashFS image itself (FUSE) inside a mount namespace of its own: the image is
+    mounted there and never in the host's table, so a container killed with its process group (a cancelled
+    job, a test's teardown) cannot leave a mount behind."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    env = {"PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin", "USER": "root"}
+    with Started(["ch-run", f"--mount={mount}", str(ch_squashfs), "--", "sh", "-c", "echo inside; sleep 600"],
+                 tmp_path / "ch-run", env=env) as container:
+        container.wait_for("^inside$", timeout=120)
+        assert f" {mount} " in Path(f"/proc/{container.proc.pid}/mounts").read_text()
+        assert f" {mount} " not in Path("/proc/self/mounts").read_text()
+    assert f" {mount} " not in Path("/proc/self/mounts").read_text()
+
+
 def _fails_fast(cluster, tmp_path, env, args):
-    job, log = submit(cluster, tmp_path, args, env)
+    job, log = two_ranks(cluster, tmp_path, args, env)
     info, text = finished(cluster, job, log, timeout=120)
     errors = [line for line in text.splitlines() if line.startswith("bert-squad: error:")]
     assert info["ExitCode"] == "2:0" and len(errors) == 1 and "running:" not in text, f"{info}\n{text}"
@@ -233,7 +248,7 @@ def test_image_without_etc_hosts_fails_fast(slurm_cluster, tiny_model, ch_image,
     """ch-run binds the host's /etc/hosts only onto an existing file: without it MASTER_ADDR does not
     resolve in the ranks and torch's rendezvous retries forever. The batch shell says so instead."""
     image = tmp_path / "image"
-    subprocess.run(["cp", "-al", str(ch_image), str(image)], check=True)
+    subprocess.run(["cp", "-al", str(ch_image), str(image)], check=True, timeout=600)
     (image / "etc" / "hosts").unlink()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -261,7 +276,7 @@ def _run_array(runtime, tmp_path, mounts):
     script = ("die() { echo \"$*\" >&2; exit 2; }\nset -euo pipefail\n"
               f"RUNTIME={runtime}; IMAGE='{image}'; RUNTIME_FLAGS=(); MOUNTS=({' '.join(map(str, mounts))})\n"
               f"{_runtime_case()}\nprintf '%s\\0' \"${{RUN[@]}}\"")
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "USER": "u", "SLURM_JOB_NODELIST": "n1"})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("\0")[:-1], image

@@ -1,12 +1,13 @@
 """Command-line fuzz: random options, values and small files over every command end in exit 0, 2 or 75,
 never a traceback, and never leave a half-written output dir.
 
-Options come from each command's own argparse parser (the first one it builds), so a new command in
-cli.COMMANDS or a new option is fuzzed without touching this file. In-process runs of the training
-entry stop where the process group would start (everything before it is the input checking under test;
-training itself is slow): `ReachedTraining` counts as accepted input. A few subprocess runs train and
-evaluate for real, one step. Never drawn: --submit (this machine has a real Slurm), `download` and
---download-only (the network), --debug (prints tracebacks on purpose).
+Options come from each command's own argparse parser (the first one it builds), so a new command
+in cli.COMMANDS or a new option is fuzzed without touching this file. Accepted input runs for real: the
+training and evaluation entries start the real process group (gloo, one rank) and train a step or
+evaluate a few questions; a few more runs do the same in their own process. Never drawn: `download` and --submit (a
+submission is tested against the real test Slurm in test_launch.py/test_sweep.py), --download-only (the
+network; tested against a local hub in test_download.py), --debug (prints tracebacks on purpose),
+--compile (minutes of compilation per example; tested in test_train.py).
 """
 
 import argparse
@@ -21,20 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bert_squad import cli, distributed
+from bert_squad import cli
 from conftest import PYTHON, ROOT
 
-NEVER = {"--submit", "--download-only", "--debug", "--help", "-h"}
+NEVER = {"--submit", "--download-only", "--debug", "--compile", "--help", "-h"}
 TEMP_MARKS = (".tmp", ".export-", ".write-test-", ".universal-")
 
 
 class Captured(Exception):
     def __init__(self, parser):
         self.parser = parser
-
-
-class ReachedTraining(Exception):
-    """Every input check passed: the process group would start now."""
 
 
 def parser_of(action, argv):
@@ -134,15 +131,27 @@ def check_outcome(code, output, workdir, argv):
         assert not (out / "model.safetensors").exists(), f"half-written {out} after {argv}"
 
 
+@contextlib.contextmanager
+def isolated(workdir):
+    """Run a command in `workdir` as a fresh process would: the process group's RANK/MASTER_PORT and the
+    offline switches it sets in os.environ are undone afterwards, so they cannot leak into later examples
+    or tests (a later mpirun would take a stale RANK for its own)."""
+    environ, cwd = dict(os.environ), os.getcwd()
+    os.chdir(workdir)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
-def test_fuzz_in_process(name, files, tmp_path, monkeypatch):
+def test_fuzz_in_process(name, files, tmp_path):
+    """Every command in this process: accepted input trains or evaluates for real (tiny model, a step)."""
     paths, base = files
     parser = parser_of(entry(name), base[name])
-
-    def no_training(*args, **kwargs):
-        raise ReachedTraining
-
-    monkeypatch.setattr(distributed, "process_group", no_training)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(drawn=argv_strategy(parser, paths), n=st.integers(0, 10**9))
@@ -151,18 +160,11 @@ def test_fuzz_in_process(name, files, tmp_path, monkeypatch):
         workdir.mkdir(exist_ok=True)
         argv = [*base[name], *drawn]
         output = io.StringIO()
-        cwd = os.getcwd()
-        os.chdir(workdir)
-        try:
-            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-                try:
-                    code = entry(name)(argv)
-                except SystemExit as stop:  # argparse: --help (0) or a usage error (2)
-                    code = stop.code
-                except ReachedTraining:
-                    code = 0
-        finally:
-            os.chdir(cwd)
+        with isolated(workdir), contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            try:
+                code = entry(name)(argv)
+            except SystemExit as stop:  # argparse: --help (0) or a usage error (2)
+                code = stop.code
         check_outcome(code, output.getvalue(), workdir, argv)
 
     run()

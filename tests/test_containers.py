@@ -73,14 +73,14 @@ def test_install_steps_run_against_this_checkout(tmp_path):
     pin_step = next(r for r in runs if "bert-squad-constraints.txt" in r)
     pin = tmp_path / "constraints.txt"
     subprocess.run(["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin))],
-                   env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"}, check=True)
+                   env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"}, check=True, timeout=120)
     import torch
 
     assert pin.read_text().splitlines()[-1] == f"torch=={torch.__version__}"
     deps_step = next(r for r in runs if "requires('bert_squad')" in r)
     listing = re.search(r'(python -c ".*?") +>', deps_step).group(1)
     deps = subprocess.run(["sh", "-c", listing.replace("python", sys.executable, 1)], capture_output=True,
-                          text=True, check=True).stdout.split()
+                          text=True, check=True, timeout=120).stdout.split()
     names = {re.match(r"[\w.-]+", d).group(0).lower() for d in deps}
     assert "torch" not in names and {"deepspeed", "transformers", "datasets"} <= names
     assert not names & {"pytest", "hypothesis", "matplotlib"}  # extras stay out of the image

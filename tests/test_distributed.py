@@ -1,10 +1,11 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import os
 import subprocess
 import textwrap
 
 import pytest
-from conftest import MPIRUN, PYTHON, require_mpirun
+from conftest import MPIRUN, PYTHON, launcher_env
 
 from bert_squad.distributed import detect, job_port, started_by_launcher
 from bert_squad.errors import UserError
@@ -68,6 +69,32 @@ def test_explicit_env_wins_over_launcher_variables():
     assert (d.rank, d.launcher, d.master_addr, d.master_port) == (1, "env", "10.1.1.1", 1234)
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE=abc: not a whole number"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK=x: not a whole number"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: must be from 0 to 1 (with WORLD_SIZE=2)"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK=-1: must be from 0 to 1"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be 1 or more"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "first"}, "LOCAL_RANK=first: not a whole number"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "-2"}, "OMPI_COMM_WORLD_SIZE=-2: must be 1 or more"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "two"},
+     "OMPI_COMM_WORLD_LOCAL_SIZE=two: not a whole number"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "1"}, "PMI_RANK=1: must be from 0 to 0 (with PMI_SIZE=1)"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "nid[1-",
+      "SLURM_JOB_ID": "7"}, "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n1",
+      "SLURM_JOB_ID": "7.1"}, "SLURM_JOB_ID=7.1: not a whole number"),
+    ({"MASTER_PORT": "http"}, "MASTER_PORT=http: not a whole number"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000: must be from 1 to 65535"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "}, "MASTER_ADDR is set but empty"),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
+def test_a_launcher_variable_that_cannot_be_is_named_with_its_value(env, message):
+    """Every variable detect reads is checked where it is read (WORLD_SIZE=abc was a ValueError traceback)."""
+    with pytest.raises(UserError) as refused:
+        detect(env)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
 def test_job_ports_differ_between_jobs():
     assert job_port(1001) != job_port(1002)
     assert all(1024 < job_port(j) < 65536 for j in (0, 1, 99999, 12345678, "prterun-vm-4021@1"))
@@ -82,11 +109,12 @@ def test_two_mpiruns_outside_slurm_rendezvous_on_their_own_ports():
     assert ports[0] != ports[1] and ports == [job_port("852754433"), job_port("852033537")]
 
 
+@pytest.mark.mpi
 def test_ranks_leave_the_process_group_together(tmp_path):
     """Rank 1 finishes first; it must not leave (and tear gloo down under rank 0) before rank 0 is done.
-    Exiting early aborted rank 1 with `terminate called without an active exception` in about 1 run in 5."""
-    require_mpirun()
-    marker = tmp_path / "rank0-done"
+    Exiting early aborted rank 1 with `terminate called without an active exception` in about 1 run in 5.
+    Rank 0 finishes only once rank 1 has written that it reached the end of its body (an event, no sleep)."""
+    marker, leaving = tmp_path / "rank0-done", tmp_path / "rank1-leaving"
     script = tmp_path / "leave.py"
     script.write_text(textwrap.dedent(f"""
         import os, time
@@ -95,13 +123,19 @@ def test_ranks_leave_the_process_group_together(tmp_path):
         dist = distributed.detect()
         with distributed.process_group(dist):
             distributed.gather_to_rank0(dist.rank, dist)
-            if dist.rank == 0:
-                time.sleep(2)
+            if dist.rank == 1:
+                open({str(leaving)!r}, "w").close()
+            else:
+                deadline = time.monotonic() + 120
+                while not os.path.exists({str(leaving)!r}):
+                    assert time.monotonic() < deadline, "rank 1 never reached the end of its body"
+                    time.sleep(0.05)
                 open({str(marker)!r}, "w").close()
         print("rank", dist.rank, "left; rank 0 done:", os.path.exists({str(marker)!r}),
               "group alive:", distributed.is_initialized())
     """))
-    r = subprocess.run([*MPIRUN, PYTHON, script], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*MPIRUN, PYTHON, script], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **launcher_env(MPIRUN)})
     assert r.returncode == 0, r.stderr[-2000:]
     for rank in (0, 1):
         assert f"rank {rank} left; rank 0 done: True group alive: False" in r.stdout, r.stdout

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bert_squad.metrics import question_ids
-from conftest import MPIRUN, ROOT, require_mpirun, run_bert_squad
+from conftest import MPIRUN, ROOT, run_bert_squad, zero2_on_cpu
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +23,17 @@ def file_ids(eval_file):
     return question_ids(json.loads(eval_file.read_text())["data"])
 
 
-def evaluate(model, eval_file, out, launcher=()):
+def evaluate(model, eval_file, out, *extra, launcher=()):
     r = run_bert_squad("evaluate", "--model-dir", model, "--eval-file", eval_file, "--output-dir", out,
-                       "--cache-dir", out / "cache", *WINDOWS, launcher=launcher)
+                       "--cache-dir", out / "cache", *WINDOWS, *extra, launcher=launcher)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
 
 @pytest.mark.parametrize("dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES),
                                               ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])])
+@pytest.mark.mpi
 def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path, dev, keys, files):
-    require_mpirun()
     eval_file = request.getfixturevalue(dev)
     evaluate(tiny_model, eval_file, tmp_path / "one")
     r = evaluate(tiny_model, eval_file, tmp_path / "two", launcher=MPIRUN)
@@ -47,24 +47,12 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
     assert json.loads(r.stdout.splitlines()[-1]) == {k: metrics[k] for k in keys}  # printed by rank 0 only
 
 
-def zero2_bf16(tmp_path):
-    """ZeRO-2 as shipped, in bf16: its fp16 needs a GPU."""
-    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    path = tmp_path / "zero2_bf16.json"
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 @pytest.mark.parametrize("config, launcher", [
-    (lambda tmp: ROOT / "configs" / "ds_fp32.json", ()),
-    (lambda tmp: ROOT / "configs" / "ds_bf16.json", ()),
-    (zero2_bf16, MPIRUN),
-], ids=["fp32", "bf16", "zero2-bf16-2-ranks"])
+    pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
+    pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),
+    pytest.param(lambda tmp: zero2_on_cpu(tmp, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi),
+])
 def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev, tmp_path, config, launcher):
-    if launcher:
-        require_mpirun()
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
                        "--output-dir", out, "--cache-dir", tmp_path / "cache", "--deepspeed_config", config(tmp_path),
@@ -74,3 +62,27 @@ def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev,
     metrics = json.loads((out / "eval_metrics.json").read_text())
     assert {"exact_match", "f1"} <= set(metrics) and metrics["questions"] == len(file_ids(sample_dev))
     assert list(json.loads((out / "predictions.json").read_text())) == file_ids(sample_dev)
+
+
+def test_max_answer_length_bounds_every_predicted_span(tiny_model, sample_dev, tmp_path):
+    """`--max-answer-length 1`: every prediction is the text of one context token, or empty where no n-best
+    start and end pair is that short. With the default (30) the same model predicts longer spans too, so it
+    is the option that bounds them."""
+    from bert_squad.data import read_squad
+    from bert_squad.model import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    one_token = {}
+    for r in read_squad(sample_dev).records:
+        offsets = tokenizer(r["context"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        one_token[r["id"]] = {r["context"][a:b] for a, b in offsets}
+    predicted = {}
+    for length in (1, 30):
+        evaluate(tiny_model, sample_dev, tmp_path / str(length), "--max-answer-length", length)
+        predicted[length] = json.loads((tmp_path / str(length) / "predictions.json").read_text())
+    longer = {qid for qid, text in predicted[30].items() if text not in one_token[qid]}
+    assert longer, "with 30 tokens allowed every prediction is one token: the test shows nothing"
+    spans = {qid: text for qid, text in predicted[1].items() if text}
+    assert len(spans) > len(predicted[1]) / 2, predicted[1]
+    assert all(text in one_token[qid] for qid, text in spans.items()), {
+        qid: text for qid, text in spans.items() if text not in one_token[qid]}

@@ -14,8 +14,7 @@ from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
 from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
-from conftest import run_bert_squad
-from test_features import _decode_spans
+from conftest import MPIRUN, decode_spans, run_bert_squad
 from tiny_models import FAMILIES, HIDDEN, LAYERS, build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -46,7 +45,7 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
     tok = load_tokenizer(model_dir)
     examples = read_squad(sample_train)
     features = build_features(examples, tok, win, cache_dir=None, train=True)
-    spans = _decode_spans(examples, tok, win, features)
+    spans = decode_spans(examples, tok, win, features)
     wrong = [(ex["id"], ex["answers"]["text"][0], text) for ex, text in spans if text != ex["answers"]["text"][0]]
     assert spans and not wrong, f"{family}: {len(wrong)} of {len(spans)} labels decode to other text: {wrong[:5]}"
     report = feature_report(examples, features)
@@ -75,15 +74,14 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
     assert flops_per_sample((n, layers, hidden), 96) > 6 * n * 96
 
 
+@pytest.mark.mpi
 def test_two_ranks_resume_and_answer(family_model, sample_train, tmp_path):
     """Two ranks (mpirun): a run resumed from the step-2 checkpoint of another ends with the same weights
     on every rank and the same weights as the uninterrupted run; the result answers questions."""
     from safetensors.torch import load_file
 
     from bert_squad.checkpoint import checkpoint_root
-    from conftest import MPIRUN, require_mpirun
 
-    require_mpirun()
     family, model_dir = family_model
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     common = ["--model", model_dir, "--train-file", sample_train, "--max-steps", 4, "--max-seq-length", 96,

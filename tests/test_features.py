@@ -1,7 +1,7 @@
 """Sliding-window features: every label maps back to the answer's exact characters."""
 
 import pytest
-from conftest import shared_squad
+from conftest import decode_spans, shared_squad
 
 from bert_squad.data import read_squad
 from bert_squad.config import WindowConfig
@@ -15,30 +15,11 @@ def tokenizer(tiny_model):
     return load_tokenizer(tiny_model)
 
 
-def _decode_spans(examples, tokenizer, win, features):
-    """Character spans of the labelled tokens, recomputed from the tokenizer's offsets."""
-    from bert_squad.features import _tokenize
-
-    batch = {"question": [r["question"] for r in examples.records],
-             "context": [r["context"] for r in examples.records]}
-    enc = _tokenize(batch, tokenizer, win)
-    assert len(enc["input_ids"]) == len(features)
-    spans = []
-    for i, feat in enumerate(features):
-        s, e = feat["start_positions"], feat["end_positions"]
-        ex = examples.records[enc["overflow_to_sample_mapping"][i]]
-        assert feat["example_index"] == enc["overflow_to_sample_mapping"][i]
-        if s:
-            assert enc.sequence_ids(i)[s] == 1 and enc.sequence_ids(i)[e] == 1
-            spans.append((ex, ex["context"][enc["offset_mapping"][i][s][0]:enc["offset_mapping"][i][e][1]]))
-    return spans
-
-
 @pytest.mark.parametrize("win", [WindowConfig(384, 128, 64), WindowConfig(96, 32, 24)])
 def test_sample_labels_map_back_to_answers(sample_train, tokenizer, tmp_path, win):
     examples = read_squad(sample_train)
     features = build_features(examples, tokenizer, win, tmp_path, train=True)
-    spans = _decode_spans(examples, tokenizer, win, features)
+    spans = decode_spans(examples, tokenizer, win, features)
     assert spans and all(text == ex["answers"]["text"][0] for ex, text in spans)
     report = feature_report(examples, features)
     # Every answerable question is labelled in at least one window: none is dropped.
@@ -49,6 +30,7 @@ def test_sample_labels_map_back_to_answers(sample_train, tokenizer, tmp_path, wi
         assert report["windows_without_answer"] > 0
 
 
+@pytest.mark.oracle
 def test_real_squad_labels_map_back(tmp_path):
     from transformers import BertTokenizerFast
 
@@ -63,7 +45,7 @@ def test_real_squad_labels_map_back(tmp_path):
     examples = read_squad(path)
     win = WindowConfig(384, 128, 64)
     features = build_features(examples, tok, win, tmp_path, train=True)
-    spans = _decode_spans(examples, tok, win, features)
+    spans = decode_spans(examples, tok, win, features)
     # An uncased WordPiece tokenizer sees lowercased, accent-stripped text, but offsets point into the
     # original context: the decoded characters must be the answer's, not a normalised look-alike.
     mismatched = [(ex["id"], ex["answers"]["text"][0], text) for ex, text in spans if text != ex["answers"]["text"][0]]

@@ -1,5 +1,6 @@
 """`bert-squad launch`: the site renders, the checked-in slurm/ scripts, input errors, shellcheck."""
 
+import json
 import os
 import re
 import shlex
@@ -12,6 +13,7 @@ import pytest
 from bert_squad import cache, cli
 from bert_squad.cluster import edf, launch
 from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
+from slurm_jobs import finished, sbatch_lines, stored_script, submitting_env
 
 SITES = ("daint", "lumi", "generic")
 
@@ -19,10 +21,6 @@ SITES = ("daint", "lumi", "generic")
 def render(capsys, *argv):
     assert cli.main(["launch", *argv]) == 0
     return capsys.readouterr().out
-
-
-def sbatch_lines(script):
-    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M))
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -132,7 +130,7 @@ def test_options_and_training_arguments(capsys):
     # User arguments are literal words: quoted, never expanded by the batch shell.
     line = re.findall(r"^  TRAIN_ARGS=\((.*)\)$", script, re.M)[-1]  # the defaults, after ("$@")
     words = subprocess.run(["bash", "-c", f"a=({line}); printf '%s\\n' \"${{a[@]}}\""],
-                           capture_output=True, text=True).stdout.splitlines()
+                           capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert words == ["--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME"]
 
 
@@ -149,14 +147,34 @@ def test_bad_options_are_one_line_errors(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("bert-squad launch: error:") and message in err
 
 
-def test_submit_pipes_the_script_to_sbatch(tmp_path, monkeypatch, capsys):
-    fake = tmp_path / "sbatch"
-    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 42'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert cli.main(["launch", "--site", "lumi", "--nodes", "2", "--submit"]) == 0
-    assert "Submitted batch job 42" in capsys.readouterr().out
-    assert sbatch_lines((tmp_path / "script").read_text())["nodes"] == "2"
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_submit_runs_the_rendered_script_on_the_test_slurm(slurm_cluster, tiny_model, tmp_path, monkeypatch, capsys):
+    """`launch --submit` from the checkout hands the real sbatch exactly the script --dry-run prints (Slurm
+    keeps it), with its options, and the job trains."""
+    out = tmp_path / "model"
+    train = ["--model", str(tiny_model), "--train-file", "bert_squad/sample/train-v1.1.json", "--max-steps", "1",
+             "--max-seq-length", "96", "--doc-stride", "16", "--no-eval", "--output-dir", str(out),
+             "--cache-dir", str(tmp_path / "cache")]
+    submitting_env(monkeypatch, slurm_cluster, tmp_path)
+    monkeypatch.chdir(ROOT)
+    own = ["--site", "generic", "--time", "00:10:00"]
+    script = render(capsys, *own, "--dry-run", "--", *train)
+    assert cli.main(["launch", *own, "--submit", "--", *train]) == 0
+    job = re.search(r"^Submitted batch job (\d+)$", capsys.readouterr().out, re.M).group(1)
+    assert stored_script(slurm_cluster, job) == script
+    info, text = finished(slurm_cluster, job, tmp_path / f"job-{job}.out", timeout=600)
+    assert info["JobState"] == "COMPLETED" and info["TimeLimit"] == "00:10:00", f"{info}\n{text[-3000:]}"
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 1
+
+
+def test_a_requeue_switch_that_is_no_switch_is_refused_by_the_job(tmp_path):
+    """BERT_SQUAD_REQUEUE=yes was read as 0 (no requeue) without a word; the job script says so and stops."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "BERT_SQUAD_REQUEUE": "yes"}
+    proc = subprocess.run(["bash", str(ROOT / "slurm" / "generic.sbatch")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "bert-squad: error: BERT_SQUAD_REQUEUE=yes: use 1 (requeue after a checkpointed stop) or 0"], proc.stderr
 
 
 def fake_sbatch(tmp_path, monkeypatch):
@@ -281,7 +299,8 @@ def test_scripts_pass_shellcheck(tmp_path, capsys):
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
     paths = _scripts(tmp_path, capsys)
-    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True)
+    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout
     for path in paths:
-        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0, path
+        assert subprocess.run(["bash", "-n", str(path)], timeout=60).returncode == 0, path

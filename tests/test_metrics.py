@@ -10,7 +10,6 @@ included), and loaded as modules (importlib) for per-question scores and fast fu
 import argparse
 import io
 import json
-import random
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -20,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.metrics import exact_match, f1, normalize_answer, score, score_v1, score_v2
-from conftest import PYTHON, official_module, run_official, shared_oracle, shared_squad
+from conftest import PYTHON, official_module, random_predictions, run_official, shared_oracle, shared_squad
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One program run per example, each example a batch of many generated datasets. No shrinking (each
@@ -179,6 +178,7 @@ def test_score_v2_needs_every_prediction_and_probability():
         score_v2(data["data"], {"a": "x", "b": ""}, {"b": 0.5})
 
 
+@pytest.mark.oracle
 def test_official_v2_cannot_score_a_missing_prediction_either(tmp_path):
     """Why score_v2 refuses: the official program crashes (KeyError) rather than score 0."""
     data = dataset([{"context": "c", "qas": [qa("a", "x", impossible=False), qa("b", impossible=True)]}])
@@ -263,6 +263,7 @@ def na_probs_for(preds):
 THRESHOLDS = st.sampled_from([1.0, 0.5, 0.0, -1.0])
 
 
+@pytest.mark.oracle
 @FUZZ
 @given(st.data())
 def test_score_v1_equals_official(official_v1_module, data):
@@ -272,6 +273,7 @@ def test_score_v1_equals_official(official_v1_module, data):
         assert json.dumps(score_v1(squad["data"], preds)) == json.dumps(official_v1(squad, preds))
 
 
+@pytest.mark.oracle
 @FUZZ
 @given(st.data())
 def test_score_v2_equals_official(official_v2_module, data):
@@ -283,6 +285,7 @@ def test_score_v2_equals_official(official_v2_module, data):
     assert json.dumps(ours) == json.dumps(official_v2(squad, preds, na, thresh))
 
 
+@pytest.mark.oracle
 @FUZZ
 @given(st.text(max_size=12), st.lists(st.text(max_size=12), max_size=3))
 def test_single_question_metrics_equal_official_v2(official_v2_module, prediction, references):
@@ -293,6 +296,7 @@ def test_single_question_metrics_equal_official_v2(official_v2_module, predictio
     assert f1(prediction, references) == max(ref.compute_f1(g, prediction) for g in golds)
 
 
+@pytest.mark.oracle
 @FUZZ
 @given(st.text(max_size=12), st.lists(st.text(max_size=12), min_size=1, max_size=3))
 def test_single_question_score_v1_equals_official_v1(official_v1_module, prediction, references):
@@ -304,6 +308,7 @@ def test_single_question_score_v1_equals_official_v1(official_v1_module, predict
     assert ours["f1"] == 100.0 * ref.metric_max_over_ground_truths(ref.f1_score, prediction, references)
 
 
+@pytest.mark.oracle
 @FUZZ_BATCHES
 @given(st.data())
 def test_fuzzed_batch_v1_equals_official_program(tmp_path_factory, data):
@@ -321,6 +326,7 @@ def test_fuzzed_batch_v1_equals_official_program(tmp_path_factory, data):
         assert json.dumps(score_v1(squad["data"], preds)) == json.dumps(theirs)
 
 
+@pytest.mark.oracle
 @FUZZ_BATCHES
 @given(st.data())
 def test_fuzzed_batch_v2_equals_official_program(tmp_path_factory, data):
@@ -339,26 +345,7 @@ def test_fuzzed_batch_v2_equals_official_program(tmp_path_factory, data):
         json.dumps(run_official("2.0", *files, na_prob_thresh=thresh))
 
 
-def random_predictions(squad, seed):
-    """Answers a model might give on real data: references, context slices, "", confidences."""
-    rng = random.Random(seed)
-    preds, na = {}, {}
-    for article in squad["data"]:
-        for para in article["paragraphs"]:
-            ctx = para["context"]
-            for q in para["qas"]:
-                r = rng.random()
-                if r < 0.3 and q["answers"]:
-                    preds[q["id"]] = rng.choice(q["answers"])["text"]
-                elif r < 0.45:
-                    preds[q["id"]] = ""
-                else:
-                    i = rng.randrange(len(ctx))
-                    preds[q["id"]] = ctx[i:i + rng.randrange(1, 60)]
-                na[q["id"]] = round(rng.random(), 2)  # rounded: ties, as real confidences have
-    return preds, na
-
-
+@pytest.mark.oracle
 def test_real_dev_v2_equals_official(tmp_path):
     data_file = shared_squad("dev-v2.0-subset.json")
     squad = json.loads(data_file.read_text())
@@ -371,6 +358,7 @@ def test_real_dev_v2_equals_official(tmp_path):
     assert ours_per_question(squad, preds) == official_v2_per_question(squad, preds)
 
 
+@pytest.mark.oracle
 def test_real_dev_v1_equals_official(tmp_path):
     data_file = shared_squad("dev-v1.1-subset.json")
     squad = json.loads(data_file.read_text())

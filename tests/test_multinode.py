@@ -5,70 +5,48 @@ Open MPI and gloo really span the nodes, and that losing a node ends a job inste
 
 import collections
 import json
-import os
 import re
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, require_mpirun, run_bert_squad
+from conftest import ROOT, Started, ds_config, run_bert_squad
+from slurm_jobs import LAUNCHERS, finished, job_env, resuming_script, submit, wait_for_log, wait_for_requeue
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.distributed import job_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
-PY = sys.executable  # the project's venv (torch, python-hostlist)
-
-
-def job_env(tmp_path, **extra):
-    return {
-        "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
-        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "PYTHONUNBUFFERED": "1",
-        **extra,
-    }
-
 
 def run_job(cluster, tmp_path, body, options=("--nodes=2", "--ntasks-per-node=2"), timeout=300, env=None):
     """Submit a bash script `body`; returns (scontrol info, output text)."""
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n")
-    log = tmp_path / "job-%j.out"
-    job = cluster.sbatch(script, [*options, f"--output={log}"], env=env or job_env(tmp_path), cwd=ROOT)
-    info = cluster.wait(job, timeout=timeout)
-    log = Path(str(log).replace("%j", job))
-    return info, log.read_text() if log.exists() else "(no log)"
+    job, log = submit(cluster, tmp_path, [], env or job_env(tmp_path), options, script=script)
+    return finished(cluster, job, log, timeout=timeout)
 
 
 def assert_ok(info, text):
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
 
 
-def test_nodes_reach_each_other_only_on_the_bridge(multinode_cluster):
+def test_nodes_reach_each_other_only_on_the_bridge(multinode_cluster, tmp_path):
     """A process in node1's namespace connects to node2's address (the path gloo and Open MPI take)."""
     c = multinode_cluster
     n1, n2 = c.nodes[:2]
     server = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
               f"s.bind(('{n2.addr}', 23456)); s.listen(); print('ready', flush=True); "
               "conn, peer = s.accept(); print(peer[0], conn.recv(16).decode(), flush=True)")
-    import subprocess
-
-    srv = subprocess.Popen(c.netns_cmd(n2.name, sys.executable, "-c", server),
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert srv.stdout.readline().strip() == "ready"
+    with Started(c.netns_cmd(n2.name, sys.executable, "-c", server), tmp_path / "server") as srv:
+        srv.wait_for("^ready$", timeout=60)
         client = c.netns_run(n1.name, sys.executable, "-c",
-                             f"import socket; socket.create_connection(('{n2.name}', 23456), timeout=10).send(b'hello')")
+                             f"import socket; socket.create_connection(('{n2.name}', 23456), timeout=10).send(b'hello')",
+                             timeout=60)
         assert client.returncode == 0, client.stderr
-        assert srv.stdout.readline().split() == [n1.addr, "hello"]
-    finally:
-        srv.kill()
-        srv.wait()
+        srv.wait_for(rf"(?m)^{re.escape(n1.addr)} hello$", timeout=60)
     # Each node sees its own interfaces only: eth0 with its address, and loopback.
     addrs = c.netns_run(n1.name, "ip", "-o", "-4", "addr").stdout
     assert re.findall(r"inet (\S+)", addrs) == ["127.0.0.1/8", f"{n1.addr}/24"], addrs
@@ -83,8 +61,8 @@ def test_srun_hostname_runs_twice_on_each_node(multinode_cluster, tmp_path):
     assert collections.Counter(hosts) == {n: 2 for n in names}, text
 
 
+@pytest.mark.mpi
 def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
-    require_mpirun()
     size = 2 * len(multinode_cluster.nodes)
     # One write per line: unbuffered print() writes piece by piece, and the ranks of a node share the file.
     prog = ("import os, socket; e = os.environ; "
@@ -153,12 +131,11 @@ def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path
     meet.mkdir()
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 120 meet {meet} 2\n")
-    jobs = [c.sbatch(script, ["--nodes=2", "--ntasks-per-node=1", f"--output={tmp_path}/job-%j.out"],
-                     env=job_env(tmp_path), cwd=ROOT) for _ in range(2)]
-    infos = [c.wait(job, timeout=300) for job in jobs]
-    texts = [(tmp_path / f"job-{job}.out").read_text() for job in jobs]
+    submitted = [submit(c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=1"], script=script)
+                 for _ in range(2)]
+    jobs = [job for job, _ in submitted]
     masters = set()
-    for info, text in zip(infos, texts):
+    for info, text in [finished(c, job, log, timeout=300) for job, log in submitted]:
         assert_ok(info, text)
         assert info["NodeList"] == "node[1-2]", info
         assert sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met ")) == [
@@ -176,8 +153,7 @@ def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, 
     train = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2", "--max-seq-length", "96",
              "--doc-stride", "16", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval",
              "--cache-dir", tmp_path / "cache"]
-    env = {**c.env, **job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
-                              BERT_SQUAD_CACHE=str(tmp_path / "cache"), SBATCH_EXCLUSIVE="exclusive")}
+    env = {**c.env, **job_env(tmp_path, SBATCH_EXCLUSIVE="exclusive")}
     proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs,
                  "--submit", "--", *map(str, train), env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -198,32 +174,21 @@ def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, 
 @pytest.mark.parametrize("how", ["crash", "power-loss"])
 def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
     """The last node is lost while the ranks are in a gloo loop (its slurmd and the job's processes there
-    are killed; for a power loss its link goes down first, so no connection is closed): the job ends in
-    bounded time, and the node comes back afterwards."""
+    are killed; for a power loss its link goes down first, so no connection is closed): the job ends (the
+    gloo timeout is 15 s and slurm_cluster.py's SlurmdTimeout 20 s; the deadline is generous), and the node
+    comes back afterwards."""
     c = multinode_cluster
     victim = c.nodes[-1].name
     (tmp_path / "gloo.py").write_text(GLOO)
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 15 loop\n")
-    log = tmp_path / "job.out"
-    job = c.sbatch(script, ["--nodes=2", "--ntasks-per-node=2", "--no-requeue", f"--output={log}"], env=job_env(tmp_path), cwd=ROOT)
+    job, log = submit(c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=2", "--no-requeue"],
+                      script=script)
     try:
-        deadline = time.time() + 180
-        text = ""
-        while time.time() < deadline and text.count("looping") < 4:
-            assert c.job(job).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), text
-            time.sleep(0.5)
-            text = log.read_text() if log.exists() else ""
-        assert text.count("looping") == 4, text
-        killed_at = time.time()
+        wait_for_log(c, job, log, r"(?s)(looping.*){4}", timeout=300)
         assert c.kill_node(victim, cut_link=how == "power-loss")
-        info = c.wait(job, timeout=240)
-        took = time.time() - killed_at
-        text = log.read_text()
-        print(f"\njob {job} ended {took:.1f} s after {victim} was lost ({how}): {info['JobState']} {info['ExitCode']}")
+        info, text = finished(c, job, log, timeout=600)
         assert info["JobState"] in ("FAILED", "NODE_FAIL", "CANCELLED"), f"{info}\n{text}"
-        # Bounded by the gloo timeout (15 s) and SlurmdTimeout=20 (slurm_cluster.py) with Slurm's kill.
-        assert took < 120, f"{took:.0f}s\n{text}"
         if how == "crash":  # the survivors hear of it at once
             assert "Connection closed by peer" in text, text
     finally:
@@ -234,29 +199,14 @@ def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
         c.wait_all_idle(timeout=180)
 
 
-def submit_training(c, tmp_path, launcher, args, requeue=False, nodes=None):
-    """slurm/generic.sbatch on all nodes, 2 ranks each, as test_slurm.py submits it to one node; with
-    `requeue` the job requeues itself after a checkpointed stop and appends to its log."""
-    env = job_env(tmp_path, BERT_SQUAD_RUNTIME="none", BERT_SQUAD_SCRATCH=str(tmp_path),
-                  BERT_SQUAD_CACHE=str(tmp_path / "cache"), BERT_SQUAD_LAUNCHER=launcher,
-                  BERT_SQUAD_REQUEUE="1" if requeue else "0")
-    log = tmp_path / "job-%j.out"
-    job = c.sbatch(ROOT / "slurm" / "generic.sbatch",
-                   [f"--nodes={nodes or len(c.nodes)}", "--ntasks-per-node=2", f"--output={log}",
-                    *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])],
-                   args, env=env, cwd=ROOT)
-    return job, Path(str(log).replace("%j", job))
-
-
-def wait_for_training(c, job, log, timeout=600, pattern=r"training \d+ steps"):
-    """Until the log shows `pattern`; by default the line printed once the stop handler is installed."""
-    deadline = time.time() + timeout
-    text = ""
-    while time.time() < deadline and not re.search(pattern, text):
-        assert c.job(job).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), text[-3000:]
-        time.sleep(0.5)
-        text = log.read_text() if log.exists() else ""
-    assert re.search(pattern, text), text[-3000:]
+def submit_training(c, tmp_path, launcher, args, requeue=False, nodes=None, **script):
+    """A job script (slurm/generic.sbatch unless `script=`) on all nodes, 2 ranks each, as test_slurm.py
+    submits it to one node; with `requeue` the job requeues itself after a checkpointed stop and appends to
+    its log."""
+    env = job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_REQUEUE="1" if requeue else "0")
+    options = [f"--nodes={nodes or len(c.nodes)}", "--ntasks-per-node=2",
+               *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])]
+    return submit(c, tmp_path, args, env, options, **script)
 
 
 def assert_spans_nodes(text, size):
@@ -265,16 +215,11 @@ def assert_spans_nodes(text, size):
     assert {int(r): int(lr) for r, lr in locals_.items()} == {r: r % 2 for r in range(size)}, text[-4000:]
 
 
-LAUNCHERS = pytest.mark.parametrize("launcher", ["mpirun", "srun"])
-
-
 @pytest.mark.slow
 @LAUNCHERS
 def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, sample_train, sample_dev, tmp_path,
                                                 launcher):
     """The checked-in job script, 2 nodes x 2 ranks, training and evaluating the tiny model."""
-    if launcher == "mpirun":
-        require_mpirun()
     c = multinode_cluster
     size = 2 * len(c.nodes)
     out = tmp_path / "model"
@@ -282,9 +227,8 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
             "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
             "--output-dir", out, "--cache-dir", tmp_path / "cache"]
     job, log = submit_training(c, tmp_path, launcher, args)
-    info = c.wait(job, timeout=900)
-    text = log.read_text()
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-5000:]}"
+    info, text = finished(c, job, log)
+    assert_ok(info, text)
     assert f"{len(c.nodes)} node(s), {size} rank(s), nodes node[1-{len(c.nodes)}]" in text, text[:2000]
     assert re.search(rf"rank 0/{size} .* master node1:{20000 + int(job) % 20000}$", text, re.M), text[-3000:]
     assert_spans_nodes(text, size)
@@ -307,8 +251,6 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
 def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
     """No job script: `mpirun|srun python -m bert_squad` in a 2-node job, so bert_squad.distributed.detect
     alone derives rank, MASTER_ADDR (first host of SLURM_JOB_NODELIST) and the port (job_port)."""
-    if launcher == "mpirun":
-        require_mpirun()
     c = multinode_cluster
     size = 2 * len(c.nodes)
     out = tmp_path / "model"
@@ -326,61 +268,70 @@ def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_mod
     assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
 
 
-def long_training(tiny_model, sample_train, out, steps=100000):
+def long_training(tiny_model, sample_train, out, steps=100000, config="configs/ds_fp32.json"):
     return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", steps, "--log-every", "1",
-            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
-            "--no-eval", "--output-dir", out]
-
-
-RESUME_STEPS = 200  # about 20 s at 4 ranks on 2 cores: room for the signal to arrive mid-run
+            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", config, "--no-eval",
+            "--output-dir", out]
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(multinode_cluster, tiny_model, sample_train, tmp_path_factory):
-    """The weights of an uninterrupted 2-node, 4-rank run of RESUME_STEPS steps."""
-    tmp = tmp_path_factory.mktemp("uninterrupted")
-    args = long_training(tiny_model, sample_train, tmp / "model", RESUME_STEPS)
-    job, log = submit_training(multinode_cluster, tmp, "srun", args)
-    info = multinode_cluster.wait(job, timeout=900)
-    assert_ok(info, log.read_text())
-    return load_file(tmp / "model" / "model.safetensors")
+def constant_lr(tmp_path_factory):
+    """ds_fp32 without its schedule: a run's learning rates do not depend on its total steps, so a run
+    stopped and resumed to N steps can be held to an uninterrupted run of N steps whatever N the stop gives."""
+    return ds_config(tmp_path_factory.mktemp("constant-lr"), "ds_fp32", drop=["scheduler"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(multinode_cluster, tiny_model, sample_train, tmp_path_factory, constant_lr):
+    """The weights of an uninterrupted 2-node, 4-rank run of `steps` steps (each count trained once)."""
+    runs = {}
+
+    def weights(steps):
+        if steps not in runs:
+            tmp = tmp_path_factory.mktemp(f"uninterrupted-{steps}")
+            args = long_training(tiny_model, sample_train, tmp / "model", steps, constant_lr)
+            assert_ok(*finished(multinode_cluster, *submit_training(multinode_cluster, tmp, "srun", args)))
+            runs[steps] = load_file(tmp / "model" / "model.safetensors")
+        return runs[steps]
+
+    return weights
 
 
 @pytest.mark.slow
 @LAUNCHERS
 def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cluster, tiny_model, sample_train,
-                                                                    tmp_path, launcher, uninterrupted):
+                                                                    tmp_path, launcher, constant_lr, uninterrupted):
     """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher: all four stop at
     one step and save one checkpoint, the job exits 75 and requeues itself, and the requeued job resumes
-    there and ends with the uninterrupted run's weights, bit for bit."""
-    if launcher == "mpirun":
-        require_mpirun()
+    there and ends with the uninterrupted run's weights, bit for bit. The signal goes once step 3 is
+    logged; the first run has no end of its own and the requeued one trains 5 steps past the checkpoint
+    (slurm_jobs.resuming_script), so where the signal lands decides the total, not a guess of speed."""
     c = multinode_cluster
     out = tmp_path / "model"
-    args = [*long_training(tiny_model, sample_train, out, RESUME_STEPS), "--resume", "auto"]
-    job, log = submit_training(c, tmp_path, launcher, args, requeue=True)
+    args = long_training(tiny_model, sample_train, out, config=constant_lr)
+    args = [*args[:args.index("--max-steps")], *args[args.index("--max-steps") + 2:], "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args, requeue=True,
+                               script=resuming_script(tmp_path, out, 5))
     try:
-        wait_for_training(c, job, log, pattern=r"step 3/")
+        wait_for_log(c, job, log, r"step 3/")
         c.run("scancel", "--batch", "--signal=USR1", job)
-        deadline = time.time() + 300
-        while time.time() < deadline and int(c.job(job).get("Restarts", 0)) < 1:
-            time.sleep(0.5)
-        info = c.wait(job, timeout=600)
+        wait_for_requeue(c, job, log)
+        info, text = finished(c, job, log, timeout=600)
     finally:
         c.run("scancel", job)
-    text = log.read_text()
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", f"{info}\n{text[-4000:]}"
     assert "USR1 received" in text and f"requeueing job {job}" in text, text[-4000:]
     stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
-    assert 3 <= stopped_at < RESUME_STEPS, text[-4000:]
+    assert stopped_at >= 3, text[-4000:]
     assert re.search(rf"resumed from \S+/step0*{stopped_at} at step {stopped_at}\b", text), text[-4000:]
     # One checkpoint, written by all four ranks at the same step.
     (tag,) = complete_tags(checkpoint_root(out))
     assert {f"rng_rank{r}.pt" for r in range(4)} <= {p.name for p in (checkpoint_root(out) / tag).iterdir()}
     assert_spans_nodes(text, 2 * len(c.nodes))
-    weights = load_file(out / "model.safetensors")
-    assert weights.keys() == uninterrupted.keys()
-    assert all(torch.equal(weights[k], uninterrupted[k]) for k in weights)
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == stopped_at + 5
+    weights, reference = load_file(out / "model.safetensors"), uninterrupted(stopped_at + 5)
+    assert weights.keys() == reference.keys()
+    assert all(torch.equal(weights[k], reference[k]) for k in weights)
 
 
 def zero2_bf16(directory):
@@ -401,8 +352,6 @@ def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinod
     the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang. The same
     command on the remaining node, 2 ranks instead of 4, resumes from the last checkpoint and finishes:
     ds_fp32's optimizer state loads as it is, ZeRO-2's shards through a universal checkpoint."""
-    if launcher == "mpirun":
-        require_mpirun()
     c = multinode_cluster
     victim = c.nodes[-1].name
     out = tmp_path / "model"
@@ -411,29 +360,22 @@ def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinod
         args[args.index("--deepspeed_config") + 1] = zero2_bf16(tmp_path)
     job, log = submit_training(c, tmp_path, launcher, args)
     try:
-        wait_for_training(c, job, log, pattern=r"step 6/")  # the first checkpoint is saved
-        killed_at = time.time()
+        wait_for_log(c, job, log, r"step 6/")  # the first checkpoint is saved
         c.kill_node(victim, cut_link=True)
-        info = c.wait(job, timeout=300)
-        took = time.time() - killed_at
-        text = log.read_text()
-        print(f"\ntraining job {job} ({launcher}) ended {took:.1f} s after {victim} was lost: "
-              f"{info['JobState']} {info['ExitCode']}")
+        info, text = finished(c, job, log, timeout=600)
         assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), f"{info}\n{text[-3000:]}"
-        assert took < 120, f"{took:.0f}s\n{text[-3000:]}"
         assert f"bert-squad: TERM received; node(s) of this job not responding: {victim}" in text, text[-3000:]
 
         checkpoint = complete_tags(checkpoint_root(out))[-1]
         steps = int(checkpoint[4:]) + 10
         args[args.index("--max-steps") + 1] = steps
         again, log = submit_training(c, tmp_path, launcher, args, nodes=1)
-        info = c.wait(again, timeout=600)
+        info, text = finished(c, again, log, timeout=600)
     finally:
         c.run("scancel", job)
         c.kill_node(victim)
         c.start_node(victim)
         c.wait_all_idle(timeout=180)
-    text = log.read_text()
     assert_ok(info, text)
     assert info["NodeList"] == c.nodes[0].name, info
     how = "optimizer state whole (ZeRO stage 0)" if config == "ds_fp32" else "universal checkpoint (converted in"

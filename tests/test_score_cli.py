@@ -12,8 +12,7 @@ import pytest
 
 from bert_squad.errors import UserError
 from bert_squad import score
-from conftest import PYTHON, ROOT, run_official, sample_path, shared_squad
-from test_metrics import random_predictions
+from conftest import PYTHON, ROOT, random_predictions, run_official, sample_path, shared_squad
 
 
 def run_score(*args):
@@ -48,6 +47,7 @@ def assert_same_as_official(tmp_path, eval_file, version, na_thresh=None, seed=0
 
 @pytest.mark.parametrize("name, version, thresh", [
     ("dev-v1.1.json", "v1_1", None), ("dev-v2.0.json", "v2_0", None), ("dev-v2.0.json", "v2_0", 0.4)])
+@pytest.mark.oracle
 def test_sample_scores_equal_official(tmp_path, name, version, thresh):
     theirs = assert_same_as_official(tmp_path, sample_path(name), version, thresh)
     assert ("best_f1" in theirs) == (version == "v2_0")
@@ -55,10 +55,12 @@ def test_sample_scores_equal_official(tmp_path, name, version, thresh):
 
 @pytest.mark.parametrize("name, version", [("dev-v1.1-subset.json", "v1_1"),
                                            ("dev-v2.0-subset.json", "v2_0")])
+@pytest.mark.oracle
 def test_real_dev_scores_equal_official(tmp_path, name, version):
     assert_same_as_official(tmp_path, shared_squad(name), version, seed=3)
 
 
+@pytest.mark.oracle
 def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
     eval_file = sample_path("dev-v1.1.json")
     preds, _ = random_predictions(json.loads(eval_file.read_text()), seed=4)

@@ -8,31 +8,18 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, require_mpirun, run_bert_squad
+from conftest import ROOT
+from slurm_jobs import (GENERIC, LAUNCHERS, TRAINING, finished, job_env, resuming_script, submit, wait_for_log,
+                        wait_for_requeue, warn_when_training)
 from standin_runtime import RANK_ENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-GENERIC = ROOT / "slurm" / "generic.sbatch"
 SARUS_IMAGE = "load/library/bert-squad:cuda"
-
-
-def job_env(tmp_path, **extra):
-    """What a user's shell would hold at sbatch time: the venv on PATH, caches on a scratch."""
-    return {
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        # The tests run as root; a user's Open MPI needs no such permission.
-        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "BERT_SQUAD_RUNTIME": "none",
-        "BERT_SQUAD_SCRATCH": str(tmp_path),
-        "BERT_SQUAD_CACHE": str(tmp_path / "cache"),
-        **extra,
-    }
 
 
 def train_args(model, train_file, out, *more):
@@ -40,16 +27,15 @@ def train_args(model, train_file, out, *more):
             "--max-seq-length", "128", "--doc-stride", "32", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval", *more]
 
 
-def submit(cluster, tmp_path, args, env, options=()):
-    log = tmp_path / "job-%j.out"
-    job = cluster.sbatch(GENERIC, ["--ntasks-per-node=2", f"--output={log}", *options], args, env=env, cwd=ROOT)
-    return job, Path(str(log).replace("%j", job))
+def endless(args):
+    """The same training arguments, for a run that only a signal ends."""
+    args[args.index("--max-steps") + 1] = "100000"
+    return args
 
 
-def finished(cluster, job, log, timeout=900):
-    info = cluster.wait(job, timeout=timeout)
-    text = log.read_text() if log.exists() else "(no log)"
-    return info, text
+def two_ranks(cluster, tmp_path, args, env, options=(), script=GENERIC):
+    """The job script, 2 ranks on the one node."""
+    return submit(cluster, tmp_path, args, env, ["--ntasks-per-node=2", *options], script)
 
 
 def assert_trained(info, text, out):
@@ -60,10 +46,10 @@ def assert_trained(info, text, out):
     assert metrics["world_size"] == 2 and metrics["steps"] == 4
 
 
+@pytest.mark.mpi
 def test_generic_sbatch_trains_two_ranks_with_mpirun(slurm_cluster, tiny_model, sample_train, tmp_path):
-    require_mpirun()
     out = tmp_path / "model"
-    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), job_env(tmp_path))
+    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), job_env(tmp_path))
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
     assert re.search(r"bert-squad: running: mpirun -np 2 --bind-to none bash -c", text), text[:3000]
@@ -106,10 +92,9 @@ def _bind_sources(options, flag):
     return found
 
 
-@pytest.mark.parametrize("runtime,launcher", [("sarus", "mpirun"), ("singularity", "srun")])
+@pytest.mark.parametrize("runtime,launcher", [pytest.param("sarus", "mpirun", marks=pytest.mark.mpi),
+                                              ("singularity", "srun")])
 def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_train, tmp_path, runtime, launcher):
-    if launcher == "mpirun":
-        require_mpirun()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = scratch / "model"
@@ -120,7 +105,7 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     env = job_env(scratch, BERT_SQUAD_RUNTIME=runtime, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_IMAGE=image,
                   STANDIN_LOG=str(record_log), STANDIN_SARUS_IMAGE=SARUS_IMAGE)
     env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
-    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env)
+    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env)
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
     assert re.search(r" master \S+:(\d+)", text).group(1) == str(20000 + int(job) % 20000), text
@@ -150,7 +135,7 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
 
 
 def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
-    job, log = submit(slurm_cluster, tmp_path, ["--model", "bert-base-uncased", "--max-steps", "1"], job_env(tmp_path))
+    job, log = two_ranks(slurm_cluster, tmp_path, ["--model", "bert-base-uncased", "--max-steps", "1"], job_env(tmp_path))
     info, text = finished(slurm_cluster, job, log, timeout=120)
     assert info["ExitCode"] == "2:0", info
     assert "model 'bert-base-uncased' is not in the cache" in text and "--download-only" in text
@@ -160,40 +145,26 @@ def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
 def test_missing_image_fails_fast(slurm_cluster, tiny_model, sample_train, tmp_path):
     env = job_env(tmp_path, BERT_SQUAD_RUNTIME="singularity", BERT_SQUAD_IMAGE=str(tmp_path / "absent.sif"))
     env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
-    job, log = submit(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, tmp_path / "o"), env)
+    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, tmp_path / "o"), env)
     info, text = finished(slurm_cluster, job, log, timeout=120)
     assert info["ExitCode"] == "2:0" and "absent.sif is absent" in text, text
 
 
-def warn_when_training(cluster, job, log):
-    """Once the ranks train, USR1 to the batch shell only (what --signal=B:USR1 does); the job's end."""
-    deadline = time.time() + 600
-    # The stop handler is installed before "training N steps" is printed.
-    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
-        assert cluster.job(job).get("JobState") in ("PENDING", "RUNNING"), log.read_text()
-        time.sleep(1)
-    cluster.run("scancel", "--batch", "--signal=USR1", job)
-    return finished(cluster, job, log, timeout=300)
-
-
-@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+@LAUNCHERS
 def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, sample_train, tmp_path, launcher):
     """USR1 to the batch shell only (what --signal=B:USR1 does) reaches both ranks through the launcher."""
-    if launcher == "mpirun":
-        require_mpirun()
     out = tmp_path / "model"
-    args = train_args(tiny_model, sample_train, out, "--log-every", "1")
-    args[args.index("--max-steps") + 1] = "100000"
-    job, log = submit(slurm_cluster, tmp_path, args, job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher))
+    args = endless(train_args(tiny_model, sample_train, out, "--log-every", "1"))
+    job, log = two_ranks(slurm_cluster, tmp_path, args, job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher))
     info, text = warn_when_training(slurm_cluster, job, log)
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
     assert "USR1 received" in text and "stopped at a checkpoint" in text
     assert list((out / "checkpoints").glob("step*")), sorted(p.name for p in out.rglob("*"))
 
 
+@pytest.mark.mpi
 def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train, tmp_path):
     """Interactive use: inside an allocation the script runs as a plain bash script (no #SBATCH)."""
-    require_mpirun()
     out = tmp_path / "model"
     proc = slurm_cluster.run("salloc", "--ntasks-per-node=2", "bash", str(GENERIC),
                              *train_args(tiny_model, sample_train, out),
@@ -204,18 +175,13 @@ def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train,
 
 def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_train, tmp_path):
     out = tmp_path / "model"
-    args = train_args(tiny_model, sample_train, out, "--resume", "auto")
-    args[args.index("--max-steps") + 1] = "100000"
+    args = endless(train_args(tiny_model, sample_train, out, "--resume", "auto"))
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
-    job, log = submit(slurm_cluster, tmp_path, args, env, options=["--requeue", "--open-mode=append"])
-    deadline = time.time() + 600
-    while time.time() < deadline and not re.search(r"training \d+ steps", log.read_text() if log.exists() else ""):
-        time.sleep(1)
-    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+    job, log = two_ranks(slurm_cluster, tmp_path, args, env, options=["--requeue", "--open-mode=append"])
     try:
-        while time.time() < deadline and int(slurm_cluster.job(job).get("Restarts", 0)) < 1:
-            time.sleep(1)
-        assert int(slurm_cluster.job(job)["Restarts"]) == 1, log.read_text()[-3000:]
+        wait_for_log(slurm_cluster, job, log, TRAINING)
+        slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+        wait_for_requeue(slurm_cluster, job, log)
         assert f"requeueing job {job}" in log.read_text()
         # Back in the queue under the same id (so the same default --output-dir and --resume auto); that
         # it resumes and finishes is test_time_limit_checkpoints_and_the_requeued_job_finishes.
@@ -224,47 +190,38 @@ def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_tr
         slurm_cluster.run("scancel", job)
 
 
-def steps_per_second(model, train_file, tmp_path):
-    """This machine's training speed now, as a job rank runs (one thread): it varies 10x with the load."""
-    out = tmp_path / "calibrate"
-    args = train_args(model, train_file, out)
-    args[args.index("--max-steps") + 1] = "150"
-    proc = run_bert_squad(*args, env={"OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads((out / "train_metrics.json").read_text())
-    return metrics["run_samples_per_second"] / metrics["train_batch_size"]
+def minutes_run(info):
+    """A job's RunTime ([D-]HH:MM:SS) in whole minutes, rounded up."""
+    days, _, clock = info["RunTime"].rpartition("-")
+    hours, minutes, seconds = map(int, clock.split(":"))
+    return (int(days or 0) * 24 + hours) * 60 + minutes + (seconds > 0)
 
 
 def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tiny_model, sample_train, tmp_path):
-    """A real --time expires mid-training: its warning stops the run at a checkpoint (exit 75), the job
-    requeues itself, and the requeued run resumes from that checkpoint and completes.
+    """A time limit expires mid-training: Slurm's warning (B:USR1@60) stops the run at a checkpoint (exit
+    75), the job requeues itself, and the requeued run resumes from that checkpoint and completes.
 
-    Slurm checks limits every 30 s and --time counts minutes, so with --time=2 and B:USR1@60 the warning
-    comes 60-90 s after the start, after the stop handler is installed. The training is 150 s long at
-    the speed measured just before, so the first run cannot finish even if the machine gets faster. While
-    the requeued job is held (Reason BeginTime: 11 s with slurm_cluster.py's AuthInfo=cred_expire=10, 2
-    minutes by default) the test raises its limit, as an operator would, so that the rest finishes
-    however busy the shared cores get.
-    """
-    steps = int(150 * steps_per_second(tiny_model, sample_train, tmp_path))
+    Events, not timings: the job is submitted with room to spare, and once its ranks train (the stop
+    handler installed) the test cuts its limit to the next minute, as an operator would, so the warning
+    comes within Slurm's next limit check; once it is requeued the test raises the limit again. The first
+    run trains until the warning stops it; the requeued one resumes and trains 5 steps past the checkpoint
+    (slurm_jobs.resuming_script), however far the first run got."""
     out = tmp_path / "model"
     args = train_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "100")
-    args[args.index("--max-steps") + 1] = str(steps)
+    args = args[:args.index("--max-steps")] + args[args.index("--max-steps") + 2:]
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
-    job, log = submit(slurm_cluster, tmp_path, args, env,
-                      options=["--ntasks-per-node=1", "--time=2", "--signal=B:USR1@60", "--requeue",
+    job, log = submit(slurm_cluster, tmp_path, args, env, script=resuming_script(tmp_path, out, 5),
+                      options=["--ntasks-per-node=1", "--time=15", "--signal=B:USR1@60", "--requeue",
                                "--open-mode=append"])
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and int(slurm_cluster.job(job).get("Restarts", 0)) < 1:
-            assert slurm_cluster.job(job)["JobState"] in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"), (
-                f"the first run ended without a requeue ({steps} steps in 90 s?):\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_log(slurm_cluster, job, log, TRAINING)
+        limit = minutes_run(slurm_cluster.job(job)) + 1
+        assert slurm_cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}").returncode == 0
+        wait_for_requeue(slurm_cluster, job, log)
+        assert slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=15").returncode == 0
         text = log.read_text()
         assert "USR1 received" in text and f"requeueing job {job}" in text, text[-3000:]
         stopped_at = int(re.search(r"checkpoint at step (\d+) saved; exiting with 75", text).group(1))
-        assert 0 < stopped_at < steps
-        assert slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=15").returncode == 0
         info, text = finished(slurm_cluster, job, log, timeout=600)
     finally:
         slurm_cluster.run("scancel", job)
@@ -273,4 +230,4 @@ def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tin
     assert re.search(rf"resumed from \S+/checkpoints/step0*{stopped_at} at step {stopped_at}\b", text), text[-3000:]
     assert (out / "model.safetensors").exists() and (out / "config.json").exists()
     metrics = json.loads((out / "train_metrics.json").read_text())
-    assert metrics["steps"] == steps and metrics["world_size"] == 1
+    assert metrics["steps"] == stopped_at + 5 and metrics["world_size"] == 1

@@ -13,8 +13,7 @@ from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
 from bert_squad.errors import UserError
 from conftest import ROOT
-from test_launch import sbatch_lines
-from test_slurm import job_env
+from slurm_jobs import job_env, paused, sbatch_lines, stored_script, submitting_env
 
 
 def dry_run(capsys, *argv):
@@ -98,7 +97,8 @@ def test_rendered_array_script_passes_shellcheck(capsys, tmp_path):
     path = tmp_path / "sweep.sbatch"
     path.write_text(dry_run(capsys, "--site", "lumi", "--seeds", "1-2", "--grid", "epochs=1,2", "--requeue",
                             "--runs-dir", str(tmp_path), "--", "--epochs", "1"))
-    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", str(path)], capture_output=True, text=True)
+    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", str(path)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout
 
 
@@ -168,23 +168,28 @@ def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
     assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_submit_skips_finished_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.slurm
+def test_submit_skips_finished_runs(slurm_cluster, tmp_path, monkeypatch, capsys):
+    """The array the real sbatch receives leaves out the runs with final metrics; with none left, nothing
+    is submitted. (The queue is paused: the array is looked at and cancelled, never run.)"""
     combos = fake_sweep(tmp_path / "lr")
-    fake = tmp_path / "sbatch"
-    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 7'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{ROOT / '.venv' / 'bin'}:/usr/bin:/bin")
+    submitting_env(monkeypatch, slurm_cluster, tmp_path)
+    monkeypatch.chdir(ROOT)
     argv = ["sweep", "--site", "generic", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
             "--runs-dir", str(tmp_path), "--name", "lr", "--submit"]
-    assert cli.main(argv) == 0
-    assert sbatch_lines((tmp_path / "script").read_text())["array"] == "2-5"  # 0 and 1 have final metrics
+    with paused(slurm_cluster):
+        assert cli.main(argv) == 0
+        job = (tmp_path / "lr" / "job_id").read_text().strip()
+        assert sbatch_lines(stored_script(slurm_cluster, job))["array"] == "2-5"  # 0 and 1 have final metrics
+        assert slurm_cluster.job(job)["ArrayTaskId"] == "2-5"
     for combo in combos:
         (tmp_path / "lr" / combo["name"]).mkdir(exist_ok=True)
         for name in ("train_metrics.json", "eval_metrics.json"):
             (tmp_path / "lr" / combo["name"] / name).write_text("{}")
-    (tmp_path / "script").unlink()
+    capsys.readouterr()
     assert cli.main(argv) == 0
-    assert "nothing to run" in capsys.readouterr().out and not (tmp_path / "script").exists()
+    out = capsys.readouterr().out
+    assert "nothing to run" in out and "Submitted" not in out
 
 
 def test_run_needs_a_combination(tmp_path, monkeypatch):
@@ -194,6 +199,9 @@ def test_run_needs_a_combination(tmp_path, monkeypatch):
         sweep.run_task(sweep.parse_task([str(tmp_path)]))
     with pytest.raises(UserError, match="has 6"):
         sweep.run_task(sweep.parse_task([str(tmp_path), "--index", "6"]))
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1a")
+    with pytest.raises(UserError, match="^SLURM_ARRAY_TASK_ID=1a: not a whole number$"):
+        sweep.run_task(sweep.parse_task([str(tmp_path)]))
 
 
 @pytest.mark.slurm
@@ -250,14 +258,12 @@ def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, 
     assert (sweep_dir / "f1_by_combination.png").stat().st_size > 0
 
 
-def test_submit_checks_what_the_job_needs_from_the_checkout(tmp_path, monkeypatch, capsys):
+@pytest.mark.slurm
+def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_path, monkeypatch, capsys):
     """The job runs the checkout it was submitted from: from elsewhere, or with a training file the job would
-    not find there, the submission is refused with one line and sbatch never runs."""
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/script\necho 'Submitted batch job 9'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{ROOT / '.venv' / 'bin'}:/usr/bin:/bin")
+    not find there, the submission is refused with one line and nothing reaches sbatch; from the checkout
+    (BERT_SQUAD_REPO) it reaches the real sbatch. (The queue is paused: nothing runs.)"""
+    submitting_env(monkeypatch, slurm_cluster, tmp_path)
     monkeypatch.delenv("BERT_SQUAD_REPO", raising=False)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -265,17 +271,20 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(tmp_path, monkeypatc
     argv = ["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--submit", "--",
             "--model", "m", "--train-file", "bert_squad/sample/train-v1.1.json", "--deepspeed_config",
             "configs/ds_fp32.json"]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"bert-squad sweep: error: {elsewhere} has no bert_squad/ (the job runs the checkout it is "
-                       f"submitted from): submit from the repository root or set BERT_SQUAD_REPO to it")
-    assert not (tmp_path / "script").exists() and not (tmp_path / "runs").exists()
+    with paused(slurm_cluster):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == (f"bert-squad sweep: error: {elsewhere} has no bert_squad/ (the job runs the checkout it "
+                           f"is submitted from): submit from the repository root or set BERT_SQUAD_REPO to it")
+        assert not (tmp_path / "runs").exists()
 
-    monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
-    assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
-    assert capsys.readouterr().err.strip().endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the "
-                                                    f"job resolves it")
-    assert cli.main(argv) == 0 and "Submitted batch job 9" in capsys.readouterr().out
-    assert "sweep run" in (tmp_path / "script").read_text()
-    assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
-    assert "nowhere.json: no such file" in capsys.readouterr().err
+        monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
+        assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
+        assert capsys.readouterr().err.strip().endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the "
+                                                        f"job resolves it")
+        assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
+        assert "nowhere.json: no such file" in capsys.readouterr().err
+        assert slurm_cluster.run("squeue", "-h").stdout == ""  # nothing reached sbatch so far
+        assert cli.main(argv) == 0
+        job = re.search(r"^Submitted batch job (\d+)$", capsys.readouterr().out, re.M).group(1)
+        assert "sweep run" in stored_script(slurm_cluster, job)

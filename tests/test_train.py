@@ -1,12 +1,14 @@
-"""End-to-end training on CPU, for real: DeepSpeed engine, gloo, mpirun, export."""
+"""End-to-end training on CPU, for real: DeepSpeed engine, gloo, mpirun, export. (tests/test_gpu.py trains on
+a GPU; these assume a CPU-only host: device cpu, gloo, two ranks sharing it.)"""
 
 import json
+import math
 import re
 
 import pytest
-from conftest import MPIRUN, ROOT, put_in_hub_cache, require_mpirun, run_bert_squad
+from conftest import MPIRUN, ROOT, ds_config, put_in_hub_cache, run_bert_squad, zero2_on_cpu
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 TINY_ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--log-every", "5"]
 
@@ -35,6 +37,72 @@ def test_one_rank_cpu_training_loss_falls(trained):
     assert "rank 0/1" in r.stdout and "device cpu backend gloo" in r.stdout
 
 
+def steps_planned(stdout):
+    """(total steps, steps per epoch) from the run's `training N steps (M per epoch)` line."""
+    found = re.search(r"^training (\d+) steps \((\d+) per epoch\)", stdout, re.M)
+    assert found, stdout[-3000:]
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_a_fraction_of_an_epoch_is_that_share_of_its_steps(tiny_model, sample_train, tmp_path):
+    """--epochs without --max-steps, as `make demo` and every site script train: 2 % of an epoch of the
+    sample is ceil(0.02 x its steps per epoch) optimizer steps."""
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--epochs", "0.02", "--no-eval",
+                       "--output-dir", out, "--cache-dir", tmp_path / "cache", *TINY_ARGS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    total, per_epoch = steps_planned(r.stdout)
+    assert per_epoch > 50 and total == math.ceil(0.02 * per_epoch), (total, per_epoch)
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["steps"] == total and metrics["epochs"] == pytest.approx(total / per_epoch)
+
+
+def test_resume_in_the_middle_of_an_epoch_ends_with_the_same_weights(tiny_model, sample_train, tmp_path):
+    """1.5 epochs of one article (a few steps an epoch), a checkpoint after every step; runs resumed one
+    step into the first epoch and one step into the second end with the uninterrupted run's weights, bit
+    for bit: the epoch, the position in it and that epoch's order of batches are restored."""
+    from safetensors.torch import load_file
+
+    doc = json.loads(sample_train.read_text())
+    article = tmp_path / "article.json"
+    article.write_text(json.dumps(dict(doc, data=doc["data"][:1])))
+    common = ["--model", tiny_model, "--train-file", article, "--epochs", "1.5", "--no-eval", "--learning-rate",
+              "1e-3", "--cache-dir", tmp_path / "cache", *TINY_ARGS]
+    full = tmp_path / "full"
+    r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 1, "--keep-checkpoints", 1000)
+    assert r.returncode == 0, r.stderr[-3000:]
+    total, per_epoch = steps_planned(r.stdout)
+    assert 2 < per_epoch < total < 2 * per_epoch, (total, per_epoch)
+    for step in (1, per_epoch + 1):  # one step into each epoch
+        resumed = tmp_path / f"resumed-{step}"
+        r = run_bert_squad(*common, "--output-dir", resumed, "--resume", full / "checkpoints" / f"step{step:08d}")
+        assert r.returncode == 0 and f"at step {step}" in r.stdout, r.stderr[-3000:]
+        a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+        assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), step
+        assert json.loads((resumed / "train_metrics.json").read_text())["steps"] == total
+
+
+def test_compile_trains_as_the_eager_model_does(tiny_model, sample_train, tmp_path):
+    """--compile (torch.compile through engine.compile; inductor builds C++ kernels on the CPU) trains the
+    same model: the losses of the compiled run are the eager run's within float tolerance, and its export
+    loads with plain parameter names. Fixed-length batches, so it compiles once (about a minute here)."""
+    common = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", 2, "--no-eval", "--log-every", 1,
+              "--pad-to-max-length", "--max-seq-length", 64, "--max-query-length", 16, "--doc-stride", 16,
+              "--cache-dir", tmp_path / "cache"]
+    runs = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+        r = run_bert_squad(*common, *extra, "--output-dir", tmp_path / name, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[name] = losses(r.stdout)
+    assert len(runs["eager"]) == 2 and runs["compiled"] == pytest.approx(runs["eager"], rel=1e-3)
+    metrics = json.loads((tmp_path / "compiled" / "train_metrics.json").read_text())
+    assert metrics["config"]["speed"]["compile"] is True
+    from safetensors.torch import load_file
+
+    exported = load_file(str(tmp_path / "compiled" / "model.safetensors"))
+    assert exported.keys() == load_file(str(tmp_path / "eager" / "model.safetensors")).keys()  # no '_orig_mod.'
+
+
 def test_export_loads_with_auto_classes_and_answers(trained):
     """The exported directory is a plain Hugging Face QA model (for this transformers line; CI's second
     environment runs this with the oldest supported 4.x), and our answer API answers from it."""
@@ -57,16 +125,12 @@ def test_export_loads_with_auto_classes_and_answers(trained):
     assert not qa.null_answer  # trained on SQuAD 1.1: recorded in the exported config
 
 
+@pytest.mark.mpi
 def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
-    require_mpirun()
-    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    (tmp_path / "zero2_bf16.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
                        "--max-steps", 10, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", tmp_path / "zero2_bf16.json", *TINY_ARGS, launcher=MPIRUN)
+                       "--deepspeed_config", zero2_on_cpu(tmp_path, bf16=True), *TINY_ARGS, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
@@ -124,9 +188,12 @@ def test_download_only_without_network_is_one_clear_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_path):
+@pytest.mark.parametrize("warmup_args, warmup_steps", [([], 1), (["--warmup-ratio", "0.5"], 3)],
+                         ids=["default-warmup", "warmup-ratio-0.5"])
+def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_path, warmup_args, warmup_steps):
     """csv_monitor (and tensorboard, where installed) get the log lines' loss and throughput and DeepSpeed's
-    learning rate, in the directory the config names (csv: none named, so the run's output dir)."""
+    learning rate, in the directory the config names (csv: none named, so the run's output dir). The rate
+    follows the schedule --warmup-ratio fills: ceil(ratio x 6 steps) of linear warmup (0.1 by default)."""
     import csv
     import importlib.util
     import math
@@ -143,8 +210,10 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
                        "--max-steps", 6, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", tmp_path / "monitored.json", *TINY_ARGS[:-1], "2")
+                       "--deepspeed_config", tmp_path / "monitored.json", *TINY_ARGS[:-1], "2", *warmup_args)
     assert r.returncode == 0, r.stderr[-3000:]
+    scheduled = json.loads((out / "train_metrics.json").read_text())["deepspeed_config"]["scheduler"]["params"]
+    assert (scheduled["warmup_num_steps"], scheduled["total_num_steps"]) == (warmup_steps, 6)
 
     def series(name):
         with open(out / "monitor" / "tiny" / f"Train_Samples_{name}.csv") as f:
@@ -160,7 +229,7 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     # The learning rate at every step is the schedule's: WarmupDecayLR with the "auto" values filled in.
     param = torch.nn.Parameter(torch.zeros(1))
     schedule = WarmupDecayLR(torch.optim.SGD([param], lr=1e-3), total_num_steps=6, warmup_min_lr=0,
-                             warmup_max_lr=1e-3, warmup_num_steps=1, warmup_type="linear")
+                             warmup_max_lr=1e-3, warmup_num_steps=warmup_steps, warmup_type="linear")
     expected = []
     for _ in range(6):
         schedule.step()
@@ -177,18 +246,17 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
         assert len(events.Scalars("Train/Samples/lr")) == 6
 
 
+@pytest.mark.mpi
 def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model, sample_train, sample_dev, tmp_path):
     """ZeRO-3 partitions every parameter (threshold 0: even the tiny model's): evaluation with one batch
     keeps rank 1 in the collectives, the export holds the gathered weights (the evaluation of the exported
     model on one process gives the run's predictions), and a resumed run ends bit-identical."""
-    require_mpirun()
     from safetensors.torch import load_file
     from transformers import AutoModelForQuestionAnswering
 
-    cfg = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())
-    cfg.pop("fp16")  # fp32 on CPU
-    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-    (tmp_path / "zero3.json").write_text(json.dumps(cfg))
+    zero = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())["zero_optimization"]
+    zero3 = ds_config(tmp_path, "ds_zero3", drop=["fp16"],  # fp32 on CPU
+                      zero_optimization=dict(zero, stage3_param_persistence_threshold=0))
     dev = json.loads(sample_dev.read_text())
     dev["data"] = dev["data"][:1]
     para = dev["data"][0]["paragraphs"][0]
@@ -196,7 +264,7 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     (tmp_path / "dev.json").write_text(json.dumps(dev))
     common = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", tmp_path / "dev.json",
               "--max-steps", 4, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache", "--dist-timeout", 60,
-              "--deepspeed_config", tmp_path / "zero3.json", *TINY_ARGS]
+              "--deepspeed_config", zero3, *TINY_ARGS]
     out = tmp_path / "out"
     r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -178,6 +178,29 @@ def build_tiny_model(family, out_dir, seed=0):
     return out_dir
 
 
+def break_tokenizer(model_dir, out_dir, how):
+    """A copy of `model_dir` whose tokenizer is broken as a user's download or conversion can leave it:
+    "empty vocabulary" keeps only the special tokens of its BPE (every piece of text is then dropped), "no
+    second sequence" makes its template's pair the first sequence twice (the context is never marked)."""
+    import shutil
+
+    out_dir = Path(out_dir)
+    shutil.copytree(model_dir, out_dir)
+    spec = json.loads((out_dir / "tokenizer.json").read_text())
+    if how == "empty vocabulary":
+        spec["model"]["vocab"] = {k: v for k, v in spec["model"]["vocab"].items()
+                                  if k in {t["content"] for t in spec["added_tokens"]}}
+        spec["model"]["merges"] = []
+    elif how == "no second sequence":
+        first = {"Sequence": {"id": "A", "type_id": 0}}
+        spec["post_processor"] = {"type": "TemplateProcessing", "single": [first], "pair": [first, first],
+                                  "special_tokens": {}}
+    else:
+        raise ValueError(how)
+    (out_dir / "tokenizer.json").write_text(json.dumps(spec))
+    return out_dir
+
+
 if __name__ == "__main__":  # python tests/tiny_models.py FAMILY OUT_DIR
     import sys
 

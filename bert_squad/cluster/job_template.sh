@@ -17,6 +17,8 @@ die() { echo "bert-squad: error: $*" >&2; exit 2; }
 export BERT_SQUAD_REPO=${BERT_SQUAD_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}
 RUNTIME=${BERT_SQUAD_RUNTIME:-{{runtime}}}
 LAUNCHER=${BERT_SQUAD_LAUNCHER:-{{launcher}}}
+REQUEUE=${BERT_SQUAD_REQUEUE:-{{requeue}}}
+case "$REQUEUE" in 0|1) ;; *) die "BERT_SQUAD_REQUEUE=$REQUEUE: use 1 (requeue after a checkpointed stop) or 0" ;; esac
 SCRATCH_DIR=${BERT_SQUAD_SCRATCH:-{{scratch}}}
 export BERT_SQUAD_WORK=${BERT_SQUAD_WORK:-$SCRATCH_DIR/bert-squad}
 IMAGE=${BERT_SQUAD_IMAGE:-{{image}}}
@@ -70,7 +72,6 @@ cd "$BERT_SQUAD_REPO"
 
 {{modules}}
 {{site_env}}
-REQUEUE=${BERT_SQUAD_REQUEUE:-{{requeue}}}
 export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # What the ranks must see in a container even where its image sets its own (ce: the EDF's [env], pyxis:
 # --container-env; the other runtimes pass the environment through).

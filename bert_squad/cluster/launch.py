@@ -24,6 +24,7 @@ from bert_squad.files import read_json
 HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
 TEMPLATE_FILE = HERE / "job_template.sh"
+SLURM_TIMEOUT = 120  # seconds sbatch and squeue may take before a submission gives up with one line
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 # The part of a job script that `bert-squad launch --submit` also runs on the submit host.
 INPUTS_RE = re.compile(r"^# >>> inputs.*?^# <<< inputs$", re.M | re.S)
@@ -210,7 +211,10 @@ def submit(script):
     """sbatch the script; returns the job id (None if sbatch's reply names none)."""
     if not shutil.which("sbatch"):
         raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
-    proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True, timeout=300)
+    try:
+        proc = subprocess.run(["sbatch"], input=script, text=True, capture_output=True, timeout=SLURM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"sbatch did not answer in {SLURM_TIMEOUT} s (is slurmctld reachable? scontrol ping)") from None
     if proc.returncode != 0:
         raise UserError(f"sbatch failed: {proc.stderr.strip() or proc.stdout.strip()}")
     print(proc.stdout.strip())
@@ -222,8 +226,11 @@ def active_tasks(job_id):
     """Ids of the job's tasks still pending or running; none once Slurm has forgotten the job."""
     if not shutil.which("squeue"):
         return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
-    proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True,
-                          timeout=120)
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True,
+                              timeout=SLURM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"squeue did not answer in {SLURM_TIMEOUT} s (is slurmctld reachable? scontrol ping)") from None
     return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 

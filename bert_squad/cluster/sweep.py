@@ -18,7 +18,7 @@ from bert_squad import config, outputs
 from bert_squad.cluster import launch
 from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 from bert_squad.errors import UserError, exit_code
-from bert_squad.files import write_json_atomic, write_text_atomic
+from bert_squad.files import directory, write_json_atomic, write_text_atomic
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 # The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
@@ -165,7 +165,7 @@ def plan(own, user_args):
     name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
     if not re.fullmatch(r"[\w.+=-]+", name):
         raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
-    sweep_dir = Path(args.runs_dir).resolve() / name
+    sweep_dir = directory(Path(args.runs_dir).resolve() / name, "--runs-dir and --name give ")
     manifest = {"name": name, "site": args.site, "train_args": train_args, "combinations": combos}
     return args, manifest, sweep_dir
 
@@ -234,13 +234,15 @@ def run_task(parsed):
 
     args, train_args = parsed
     manifest = load_manifest(args.sweep_dir)
-    index = args.index if args.index is not None else os.environ.get("SLURM_ARRAY_TASK_ID")
-    if index is None:
+    index = args.index
+    if index is None and "SLURM_ARRAY_TASK_ID" not in os.environ:
         raise UserError("no combination: run inside a Slurm array task or give --index")
+    if index is None:
+        index = distributed.env_number(os.environ, "SLURM_ARRAY_TASK_ID")
     combos = manifest["combinations"]
-    if not 0 <= int(index) < len(combos):
+    if not 0 <= index < len(combos):
         raise UserError(f"combination {index}: the sweep has {len(combos)} (0-{len(combos) - 1})")
-    combo = combos[int(index)]
+    combo = combos[index]
     run_dir = Path(args.sweep_dir) / combo["name"]
     rank0 = distributed.detect().rank == 0
     code_file = run_dir / EXIT_CODE_FILE

@@ -1,0 +1,135 @@
+"""What the Slurm tests (single-node and multi-node, bare and in containers) submit and wait for: one job
+environment, one submission of a job script, one wait on a job's log, and the job script that resumes to a
+number of steps the stop decided. Every wait is for an event (a line in the log, a state) with a generous
+deadline, and fails with what it saw."""
+
+import contextlib
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bert_squad.checkpoint import checkpoint_root
+from conftest import ROOT
+
+GENERIC = ROOT / "slurm" / "generic.sbatch"
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
+# The two launchers of the job script; the mpirun case needs Open MPI (the `mpi` tier).
+LAUNCHERS = pytest.mark.parametrize("launcher", [pytest.param("mpirun", marks=pytest.mark.mpi), "srun"])
+# Printed once every rank's stop handler is installed, before the first step.
+TRAINING = r"training \d+ steps"
+
+
+def job_env(scratch, **extra):
+    """What a user's shell holds at sbatch time (sbatch exports it all to the job): the venv on PATH, no
+    container, caches on a scratch. The tests run as root, which a user's Open MPI needs no permission for."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PYTHONUNBUFFERED": "1",
+        "BERT_SQUAD_RUNTIME": "none",
+        "BERT_SQUAD_SCRATCH": str(scratch),
+        "BERT_SQUAD_CACHE": str(Path(scratch) / "cache"),
+        **extra,
+    }
+
+
+def sbatch_lines(script):
+    """A job script's `#SBATCH --option[=value]` lines as a dict."""
+    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M))
+
+
+def submit(cluster, tmp_path, args, env, options=(), script=GENERIC):
+    """sbatch `script` (the checked-in generic one by default) from the checkout; (job id, its log's path)."""
+    log = tmp_path / "job-%j.out"
+    job = cluster.sbatch(script, [f"--output={log}", *options], args, env=env, cwd=ROOT)
+    return job, Path(str(log).replace("%j", job))
+
+
+def submitting_env(monkeypatch, cluster, scratch, **extra):
+    """This process's environment as a user's shell at sbatch time (job_env), pointed at `cluster`, for the
+    in-process `bert-squad launch|sweep --submit`: their sbatch inherits it. Job logs go to `scratch`."""
+    env = {**job_env(scratch, **extra), "SLURM_CONF": str(cluster.conf),
+           "SBATCH_OUTPUT": str(Path(scratch) / "job-%j.out")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+@contextlib.contextmanager
+def paused(cluster):
+    """The cluster's partition down while the `with` runs: what is submitted meanwhile stays queued, to be
+    looked at, and is cancelled on the way out without having run."""
+    assert cluster.run("scontrol", "update", "PartitionName=debug", "State=DOWN").returncode == 0
+    try:
+        yield
+    finally:
+        cluster.cancel_all()
+        cluster.run("scontrol", "update", "PartitionName=debug", "State=UP")
+
+
+def stored_script(cluster, job):
+    """The batch script Slurm holds for `job`: what sbatch really received."""
+    proc = cluster.run("scontrol", "write", "batch_script", job, "-")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def log_text(log):
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def finished(cluster, job, log, timeout=900):
+    """The job's final `scontrol` record and its log, once it has ended."""
+    info = cluster.wait(job, timeout=timeout)
+    return info, log_text(log) or "(no log)"
+
+
+def wait_for_log(cluster, job, log, pattern, timeout=600, states=ACTIVE):
+    """Until the job's log matches `pattern`; fails with the log if the job leaves `states` first or the
+    deadline passes."""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, text := log_text(log)):
+        state = cluster.job(job).get("JobState")
+        assert state in states, f"job {job} is {state} before its log showed {pattern!r}:\n{text[-3000:]}"
+        assert time.monotonic() < deadline, f"job {job} ({state}) showed no {pattern!r} in {timeout}s:\n{text[-3000:]}"
+        time.sleep(0.5)
+    return text
+
+
+def wait_for_requeue(cluster, job, log, timeout=600):
+    """Until Slurm has requeued the job once (its Restarts count); fails with the log otherwise."""
+    deadline = time.monotonic() + timeout
+    while int((info := cluster.job(job)).get("Restarts", 0)) < 1:
+        assert info.get("JobState") in (*ACTIVE, "REQUEUED", "COMPLETING"), (
+            f"job {job} ended without a requeue: {info}\n{log_text(log)[-3000:]}")
+        assert time.monotonic() < deadline, f"job {job} not requeued in {timeout}s: {info}\n{log_text(log)[-3000:]}"
+        time.sleep(0.5)
+    return info
+
+
+def warn_when_training(cluster, job, log):
+    """Once the ranks train, USR1 to the batch shell only (what --signal=B:USR1 does); the job's end."""
+    wait_for_log(cluster, job, log, TRAINING)
+    cluster.run("scancel", "--batch", "--signal=USR1", job)
+    return finished(cluster, job, log, timeout=300)
+
+
+def resuming_script(tmp_path, out, more_steps):
+    """A job script around slurm/generic.sbatch that trains until it is stopped, and once requeued trains
+    `more_steps` past the checkpoint the stop left in `out`: how far the first run got decides the total,
+    so no test has to guess how many steps a run makes before its signal arrives. (`exec`: the batch shell
+    that Slurm signals is the job script's own, as with sbatch generic.sbatch.)"""
+    latest = checkpoint_root(out) / "latest"
+    script = tmp_path / "resuming.sbatch"
+    script.write_text(f"""#!/bin/bash
+steps=100000
+if [ -f {latest} ]; then
+  tag=$(cat {latest})
+  steps=$((10#${{tag#step}} + {more_steps}))
+fi
+exec bash {GENERIC} "$@" --max-steps "$steps"
+""")
+    return script
