@@ -237,9 +237,14 @@ def ds_config(tmp_path, shipped, drop=(), **sections):
     return path
 
 
-def zero2_on_cpu(tmp_path, bf16=False):
-    """ds_zero2 as shipped, its fp16 (which needs a GPU) swapped for fp32 or bf16: ZeRO-2 on the CPU."""
-    return ds_config(tmp_path, "ds_zero2", drop=["fp16"], **({"bf16": {"enabled": True}} if bf16 else {}))
+def zero_on_cpu(tmp_path, stage, bf16=False):
+    """ds_zero2 or ds_zero3 as shipped, its fp16 (which needs a GPU) swapped for fp32 or bf16: ZeRO on the
+    CPU. ZeRO-3 partitions every parameter (threshold 0), even the tiny model's smallest ones."""
+    sections = {"bf16": {"enabled": True}} if bf16 else {}
+    if stage == 3:
+        zero = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())["zero_optimization"]
+        sections["zero_optimization"] = dict(zero, stage3_param_persistence_threshold=0)
+    return ds_config(tmp_path, f"ds_zero{stage}", drop=["fp16"], **sections)
 
 
 # --- processes ------------------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from slurm_cluster import _conf, make_root, require_slurm, single_node
-from test_charliecloud import cached_image
+from slurm_cluster import make_root, require_slurm, single_node, slurm_conf
+from images import cached_image
 
 BUILD = ROOT / "tests" / "pyxis_build.sh"
 GPUS = 4  # a GH200 node's
@@ -61,7 +61,7 @@ def pyxis_cluster(tmp_path_factory):
     _gpu_devices(root)
     (root / "plugstack.conf").write_text(f"required {prefix}/lib/slurm/spank_pyxis.so runtime_path={root}/pyxis\n")
     conf = root / "slurm.conf"
-    conf.write_text(_conf(root, host, cpus, nodes=[f"NodeName={host} CPUs={cpus} Gres=gpu:{GPUS} State=UNKNOWN"],
+    conf.write_text(slurm_conf(root, host, cpus, nodes=[f"NodeName={host} CPUs={cpus} Gres=gpu:{GPUS} State=UNKNOWN"],
                           extra=f"PlugStackConfig={root}/plugstack.conf\nGresTypes=gpu\n"))
     enroot_dirs = {var: str(root / "enroot" / name) for var, name in
                    (("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"), ("XDG_RUNTIME_DIR", "run"))}

@@ -90,7 +90,7 @@ class SlurmCluster:
         return None
 
 
-def _conf(root, host, cpus, ctld_addr=None, nodes=None, extra=""):
+def slurm_conf(root, host, cpus, ctld_addr=None, nodes=None, extra=""):
     """slurm.conf text. `nodes` (NodeName lines) replaces the one local node named `host`; `ctld_addr`
     is where clients and slurmds reach slurmctld (default: `host` resolved). `%n` in the slurmd paths
     is the node name, so several slurmds share one file. The cluster's own munged listens at
@@ -327,7 +327,7 @@ def local_slurm(root, slurmd_args=()):
     host = socket.gethostname()
     (root / "spool" / host).mkdir()
     conf = root / "slurm.conf"
-    conf.write_text(_conf(root, host, os.cpu_count()))
+    conf.write_text(slurm_conf(root, host, os.cpu_count()))
     with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}, slurmd_args=slurmd_args) as cluster:
         yield cluster
 
@@ -345,7 +345,7 @@ def slurm_cluster(tmp_path_factory):
     host = socket.gethostname()
     (root / "spool" / host).mkdir()
     conf = root / "slurm.conf"
-    conf.write_text(_conf(root, host, os.cpu_count()))
+    conf.write_text(slurm_conf(root, host, os.cpu_count()))
     with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}) as cluster:
         yield cluster
 
@@ -572,7 +572,7 @@ def multinode_slurm(root, count=2, cpus=2, subnet=DEFAULT_SUBNET, slurmd_args=()
             _network(nodes, subnet)
             conf = root / "slurm.conf"
             # SlurmdTimeout: a node that stops answering is DOWN (and its jobs end) in seconds, not 5 minutes.
-            conf.write_text(_conf(
+            conf.write_text(slurm_conf(
                 root, socket.gethostname(), cpus, ctld_addr=f"{subnet}.1", extra="SlurmdTimeout=20\n",
                 nodes=[f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
                        for n in nodes]))

@@ -15,58 +15,18 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import standin_runtime
 from conftest import ROOT, Started
+from images import MARKER_TEXT, cached_image, ch_train_args, interpreter_dirs, probe_env, probes
 from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 
-BUILD = ROOT / "tests" / "charliecloud_image.sh"
-MARKER = "/etc/bert-squad-ch-test-image"
 TEMPLATE = ROOT / "bert_squad" / "cluster" / "job_template.sh"
-
-PROBE = f'''\
-import json, os
-_argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
-if b"bert_squad" in _argv and b"check-cache" not in _argv and os.environ.get("CH_PROBE_DIR"):
-    try:
-        _marker = open("{MARKER}").read()
-    except OSError:
-        _marker = None
-    _root = [l.split() for l in open("/proc/self/mountinfo") if l.split()[4] == "/"][-1]
-    _fstype = _root[_root.index("-") + 1]
-    with open(f"/proc/{{os.getppid()}}/comm") as _f:
-        _parent = _f.read().strip()
-    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV",
-                                                     "CUDA_VISIBLE_DEVICES"]!r}
-    with open(os.path.join(os.environ["CH_PROBE_DIR"], f"{{os.getpid()}}.json"), "w") as _f:
-        json.dump({{"marker": _marker, "root_fs": _fstype, "parent": _parent,
-                   "env": {{k: os.environ.get(k) for k in _names}}}}, _f)
-'''
-
-
-def _interpreter_dirs():
-    """The venv and the Python it was made from: bound into the image at their own paths."""
-    return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
-
-
-def cached_image(*tools):
-    """The machine's Debian minbase test image directory (charliecloud_image.sh builds it once), or skip;
-    `tools` are what the caller runs it with."""
-    if os.geteuid() != 0:
-        pytest.skip("the test image is built with debootstrap, which needs root")
-    for tool in ("debootstrap", *tools):
-        if not shutil.which(tool) and not shutil.which(tool, path="/usr/sbin:/sbin"):
-            pytest.skip(f"{tool} is not installed (`make system-deps` installs it)")
-    env = {**os.environ, "PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin"}
-    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +36,7 @@ def ch_image(tmp_path_factory):
     image = tmp_path_factory.mktemp("ch") / "image"
     # ch-run binds only onto directories the image has; a user does the same mkdir before ch-convert.
     subprocess.run(["cp", "-al", str(cached), str(image)], check=True, timeout=600)
-    for path in [*_interpreter_dirs(), str(ROOT)]:
+    for path in [*interpreter_dirs(), str(ROOT)]:
         (image / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     # The image's ENV as ch-image writes it: the job applies it (ch-run --set-env), as Sarus/Singularity do.
     (image / "ch").mkdir()
@@ -98,33 +58,12 @@ def ch_squashfs(ch_image):
     return sqfs
 
 
-def probe_env(scratch):
-    """The variables that make every rank's python leave a record in <scratch>/probes (see PROBE)."""
-    probe_code = scratch / "probe-code"
-    probe_code.mkdir(exist_ok=True)
-    (probe_code / "sitecustomize.py").write_text(PROBE)
-    probes = scratch / "probes"
-    probes.mkdir(exist_ok=True)
-    (scratch / "cache").mkdir(exist_ok=True)
-    return {"PYTHONPATH": str(probe_code), "CH_PROBE_DIR": str(probes)}
-
-
 def ch_env(scratch, image, **extra):
-    flags = " ".join(f"-b {d}:{d}" for d in _interpreter_dirs())
+    flags = " ".join(f"-b {d}:{d}" for d in interpreter_dirs())
     return job_env(scratch, BERT_SQUAD_RUNTIME="charliecloud", BERT_SQUAD_IMAGE=str(image),
                    BERT_SQUAD_RUNTIME_FLAGS=flags, **probe_env(scratch),
                    # ch-run unsets it inside (the host's /tmp is the container's /tmp): shown in the records.
                    TMPDIR="/tmp", **extra)
-
-
-def probes(scratch):
-    return [json.loads(p.read_text()) for p in sorted((scratch / "probes").glob("*.json"))]
-
-
-def ch_train_args(model, out, *more):
-    return ["--model", model, "--train-file", "bert_squad/sample/train-v1.1.json",
-            "--eval-file", "bert_squad/sample/dev-v1.1.json", "--output-dir", out, "--max-steps", "4",
-            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json", *more]
 
 
 def assert_ranks_ran_inside(records, launcher, image_kind, job):
@@ -133,7 +72,7 @@ def assert_ranks_ran_inside(records, launcher, image_kind, job):
     assert sorted(r["env"][rank_var] for r in records) == ["0", "1"]
     for rec in records:
         # The host has no such file: a bypassed runtime fails here.
-        assert rec["marker"] and rec["marker"].startswith("bert-squad Charliecloud test image"), rec
+        assert rec["marker"] and rec["marker"].startswith(MARKER_TEXT), rec
         assert rec["env"]["CH_RUNNING"] == "Weird Al Yankovic", rec
         missing = [k for k in standin_runtime.RANK_ENV["job"] + standin_runtime.RANK_ENV[launcher]
                    if rec["env"][k] is None]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bert_squad.metrics import question_ids
-from conftest import MPIRUN, ROOT, run_bert_squad, zero2_on_cpu
+from conftest import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
 @pytest.mark.parametrize("config, launcher", [
     pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
     pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),
-    pytest.param(lambda tmp: zero2_on_cpu(tmp, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi),
+    pytest.param(lambda tmp: zero_on_cpu(tmp, 2, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi),
 ])
 def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev, tmp_path, config, launcher):
     out = tmp_path / "out"

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, Started, ds_config, run_bert_squad
+from conftest import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
 from slurm_jobs import LAUNCHERS, finished, job_env, resuming_script, submit, wait_for_log, wait_for_requeue
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
@@ -334,16 +334,6 @@ def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cl
     assert all(torch.equal(weights[k], reference[k]) for k in weights)
 
 
-def zero2_bf16(directory):
-    """The shipped ZeRO-2 config in bf16 (fp16 needs a GPU)."""
-    cfg = json.loads((ROOT / "configs" / "ds_zero2.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    path = Path(directory) / "zero2_bf16.json"
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher, config", [("mpirun", "ds_fp32"), ("srun", "zero2_bf16")])
 def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinode_cluster, tiny_model,
@@ -357,7 +347,7 @@ def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinod
     out = tmp_path / "model"
     args = [*long_training(tiny_model, sample_train, out), "--checkpoint-every", "5", "--resume", "auto"]
     if config != "ds_fp32":
-        args[args.index("--deepspeed_config") + 1] = zero2_bf16(tmp_path)
+        args[args.index("--deepspeed_config") + 1] = zero_on_cpu(tmp_path, 2, bf16=True)
     job, log = submit_training(c, tmp_path, launcher, args)
     try:
         wait_for_log(c, job, log, r"step 6/")  # the first checkpoint is saved

@@ -20,18 +20,16 @@ import pytest
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.cluster import edf
 from conftest import ROOT, run_bert_squad, tomllib
+from images import MARKER_TEXT, ch_train_args, interpreter_dirs, probe_env, probes
 from pyxis import pyxis_cluster, pyxis_image  # noqa: F401  (fixtures)
-from test_charliecloud import _interpreter_dirs, ch_train_args, probe_env, probes
-from test_slurm import finished, job_env, warn_when_training
+from slurm_jobs import finished, job_env, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
-
-IMAGE_MARKER = "bert-squad Charliecloud test image"
 
 
 def container_flags(model):
     """srun options that bring the test's Python (the image has none) and the tiny model into the container."""
-    return " ".join([f"--container-mounts={d}:{d}" for d in [*_interpreter_dirs(), str(model)]] +
+    return " ".join([f"--container-mounts={d}:{d}" for d in [*interpreter_dirs(), str(model)]] +
                     ["--container-env=PATH"])
 
 
@@ -49,7 +47,7 @@ def submit(cluster, tmp_path, script, args, env, options=()):
 def assert_ranks_ran_in_the_image(records, job):
     assert sorted(r["env"]["SLURM_PROCID"] for r in records) == ["0", "1"], records
     for rec in records:
-        assert rec["marker"] and rec["marker"].startswith(IMAGE_MARKER), rec  # the host has no such file
+        assert rec["marker"] and rec["marker"].startswith(MARKER_TEXT), rec  # the host has no such file
         assert rec["env"]["SLURM_JOB_ID"] == job and rec["env"]["HF_HUB_OFFLINE"] == "1", rec
         assert rec["env"]["BERT_SQUAD_REPO"] == str(ROOT), rec
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import MPIRUN, PYTHON, ROOT, require_mpirun, run_bert_squad
+from conftest import MPIRUN, PYTHON, ROOT, run_bert_squad, zero_on_cpu
 from safetensors.torch import load_file
 
 from bert_squad import checkpoint, dsconfig, universal
@@ -31,19 +31,8 @@ CHAIN = [(2, 2), (1, 4), (2, 6)]  # (ranks, --max-steps) of three runs: 2 ranks 
 
 
 def ds_config(name, directory):
-    """A shipped config, or the CPU form of a shipped ZeRO one: bf16 for fp16 (and ZeRO-3 partitioning
-    even the tiny model's smallest parameters)."""
-    if name.startswith("ds_"):
-        return name
-    shipped = "ds_zero2" if name.startswith("zero2") else "ds_zero3"
-    cfg = json.loads((ROOT / "configs" / f"{shipped}.json").read_text())
-    cfg.pop("fp16")
-    cfg["bf16"] = {"enabled": True}
-    if shipped == "ds_zero3":
-        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-    path = Path(directory) / f"{name}.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    """A shipped config, or the CPU form (bf16) of a shipped ZeRO one."""
+    return name if name.startswith("ds_") else zero_on_cpu(Path(directory), int(name[4]), bf16=True)
 
 
 def tapped(dumps, *args, ranks=1):
@@ -178,7 +167,6 @@ def test_pruning_keeps_the_newest_intact_checkpoints(tmp_path):
 def chain(request, tiny_model, sample_train, tmp_path_factory):
     """Three runs in one output dir, each resuming the last one's newest checkpoint: 2 ranks to step 2,
     1 rank to step 4, 2 ranks to step 6, a checkpoint every 2 steps."""
-    require_mpirun()
     tmp = tmp_path_factory.mktemp(request.param)
     config, out, logs = ds_config(request.param, tmp), tmp / "out", []
     for ranks, steps in CHAIN:
@@ -194,6 +182,7 @@ def ranks(n):
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 @pytest.mark.parametrize("run", [1, 2])
 def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, run):
     """Weights, Adam moments, learning rate, step, epoch and data position after loading are those saved,
@@ -220,6 +209,7 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 def test_the_resumed_runs_finish_and_export(chain):
     metrics = json.loads((chain.out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 32, 6)
@@ -228,6 +218,7 @@ def test_the_resumed_runs_finish_and_export(chain):
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, sample_dev):
     """`bert-squad export` of the step-6 checkpoint (2 ranks wrote it) in one process gives the run's
     final export: the same weights, config and logits; evaluate and answer take it."""
@@ -254,6 +245,7 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 def test_a_conversion_is_reused_and_redone_when_damaged(chain):
     path = checkpoint_root(chain.out) / "step00000004"  # converted when the third run resumed it on 2 ranks
     if not chain.name.startswith("zero"):

@@ -6,7 +6,7 @@ import math
 import re
 
 import pytest
-from conftest import MPIRUN, ROOT, ds_config, put_in_hub_cache, run_bert_squad, zero2_on_cpu
+from conftest import MPIRUN, ROOT, ds_config, put_in_hub_cache, run_bert_squad, zero_on_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
@@ -130,7 +130,7 @@ def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train,
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
                        "--max-steps", 10, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", zero2_on_cpu(tmp_path, bf16=True), *TINY_ARGS, launcher=MPIRUN)
+                       "--deepspeed_config", zero_on_cpu(tmp_path, 2, bf16=True), *TINY_ARGS, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
@@ -254,9 +254,7 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     from safetensors.torch import load_file
     from transformers import AutoModelForQuestionAnswering
 
-    zero = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())["zero_optimization"]
-    zero3 = ds_config(tmp_path, "ds_zero3", drop=["fp16"],  # fp32 on CPU
-                      zero_optimization=dict(zero, stage3_param_persistence_threshold=0))
+    zero3 = zero_on_cpu(tmp_path, 3)  # fp32
     dev = json.loads(sample_dev.read_text())
     dev["data"] = dev["data"][:1]
     para = dev["data"][0]["paragraphs"][0]
