@@ -19,7 +19,7 @@ CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/b
 # Enroot and Pyxis built from third_party/ (tests/test_pyxis.py), one build per machine, outside the checkout.
 PYXIS_PREFIX ?= $(or $(BERT_SQUAD_PYXIS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/pyxis)
 
-.PHONY: demo test test-compat test-fast system-deps ch-image pyxis slurm-renders minilm-dir clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis slurm-renders minilm-dir clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,13 +61,21 @@ demo: $(STAMP)
 	  --deepspeed_config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
+# The compat environment installs while the main suite runs (nothing waits for it); both suites always run,
+# and either failing fails the target.
 test: system-deps ch-image pyxis $(STAMP)
-	$(PY) -m pytest -q -ra --durations=10
-	$(MAKE) test-compat
+	$(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
+	$(PY) -m pytest -q -ra --durations=10; main=$$?; \
+	wait $$install || { tail -20 $(VENV)/compat-install.log; exit 1; }; \
+	$(MAKE) test-compat-run && exit $$main
 
 # A second environment with the oldest supported transformers (4.x), for the tests that matter most there.
-test-compat:
+test-compat: compat-env test-compat-run
+
+compat-env:
 	$(MAKE) VENV=.venv-compat TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
+
+test-compat-run:
 	.venv-compat/bin/python -m pytest -q -ra $(COMPAT_TESTS)
 
 test-fast: $(STAMP)

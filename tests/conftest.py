@@ -59,6 +59,9 @@ _TIERS = pytest.StashKey[frozenset]()
 def pytest_configure(config):
     config.stash[_REQUIRE_ALL] = require_all()
     config.stash[_TIERS] = frozenset(line.split(":")[0].strip() for line in config.getini("markers"))
+    # A CI timeout or a kill ends the session with SIGTERM: raised as an interrupt, it still runs every
+    # `finally` and fixture teardown, so no rank, daemon, namespace or mount outlives the session.
+    signal.signal(signal.SIGTERM, _interrupt)
     # DeepSpeed's logger writes to the sys.stdout of the moment it is first imported. Imported here, that is
     # the session's; imported inside a test that captures output, it would be that test's stream, closed
     # afterwards, and every later in-process run would print a logging-error traceback. The process is set up
@@ -67,6 +70,10 @@ def pytest_configure(config):
 
     runtime.prepare()
     import deepspeed  # noqa: F401
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @functools.lru_cache(maxsize=None)
