@@ -68,6 +68,9 @@ def detect(env=None):
     """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins. Every variable is
     checked where it is read: a value that is no number, or a layout that cannot be, is one line naming it."""
     env = os.environ if env is None else env
+    if ("RANK" in env) != ("WORLD_SIZE" in env):  # only a person sets one of them: each launcher sets both
+        given, missing = ("RANK", "WORLD_SIZE") if "RANK" in env else ("WORLD_SIZE", "RANK")
+        raise UserError(f"{given}={env[given]} is set without {missing}: set both, or neither")
     for launcher, rank_var, size_var, local_var in SOURCES:
         if rank_var in env and size_var in env:
             size = env_number(env, size_var, low=1)

@@ -71,6 +71,8 @@ def test_explicit_env_wins_over_launcher_variables():
 
 @pytest.mark.parametrize("env, message", [
     ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE=abc: not a whole number"),
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE=abc is set without RANK: set both, or neither"),
+    ({"RANK": "1"}, "RANK=1 is set without WORLD_SIZE"),
     ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK=x: not a whole number"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: must be from 0 to 1 (with WORLD_SIZE=2)"),
     ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK=-1: must be from 0 to 1"),
