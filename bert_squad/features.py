@@ -106,11 +106,13 @@ def check_tokenizer(tokenizer, record, windows):
     if windows.max_seq_length > tokenizer.model_max_length:
         raise UserError(f"--max-seq-length {windows.max_seq_length}: {tokenizer.name_or_path} takes at most "
                         f"{tokenizer.model_max_length} tokens (its tokenizer's model_max_length)")
-    alone = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True)
+    # Cut to one window, as the features are: a whole long context would only make the tokenizer warn.
+    cut = dict(truncation=True, max_length=windows.max_seq_length)
+    alone = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True, **cut)
     if not any(end > start for start, end in alone["offset_mapping"]):
         raise UserError(f"{where} turns the context of question {record['id']} into no tokens with character "
                         f"offsets (an empty vocabulary, or one made for other text?)")
-    pair = tokenizer(record["question"], record["context"])
+    pair = tokenizer(record["question"], record["context"], **cut)
     if 1 not in pair.sequence_ids():
         raise UserError(f"{where} does not mark the context of question {record['id']} as a second sequence "
                         f"(its post-processor template has no pair with $B): question and context cannot be told "
