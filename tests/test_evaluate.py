@@ -30,6 +30,7 @@ def evaluate(model, eval_file, out, *extra, launcher=()):
     return r
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES),
                                               ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])])
 @pytest.mark.mpi
@@ -47,6 +48,7 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
     assert json.loads(r.stdout.splitlines()[-1]) == {k: metrics[k] for k in keys}  # printed by rank 0 only
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("config, launcher", [
     pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
     pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),

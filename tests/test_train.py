@@ -26,6 +26,7 @@ def trained(tiny_model, sample_train, tmp_path_factory):
     return out, r
 
 
+@pytest.mark.compat
 def test_one_rank_cpu_training_loss_falls(trained):
     out, r = trained
     seen = losses(r.stdout)
@@ -106,6 +107,7 @@ def test_compile_trains_as_the_eager_model_does(tiny_model, sample_train, tmp_pa
     assert exported.keys() == load_file(str(tmp_path / "eager" / "model.safetensors")).keys()  # no '_orig_mod.'
 
 
+@pytest.mark.compat
 def test_export_loads_with_auto_classes_and_answers(trained):
     """The exported directory is a plain Hugging Face QA model (for this transformers line; CI's second
     environment runs this with the oldest supported 4.x), and our answer API answers from it."""
@@ -128,6 +130,7 @@ def test_export_loads_with_auto_classes_and_answers(trained):
     assert not qa.null_answer  # trained on SQuAD 1.1: recorded in the exported config
 
 
+@pytest.mark.compat
 @pytest.mark.mpi
 def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
@@ -157,6 +160,7 @@ def test_bad_config_fails_before_training(tiny_model, sample_train, tmp_path):
     assert "Traceback" not in r.stderr and not out.exists()
 
 
+@pytest.mark.compat
 def test_offline_run_from_cache_by_hub_names(tiny_model, sample_train, sample_dev, tmp_path):
     """What a compute node sees after --download-only: hub names resolve to the cache, no network."""
     import datasets
@@ -249,6 +253,7 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
         assert len(events.Scalars("Train/Samples/lr")) == 6
 
 
+@pytest.mark.compat
 @pytest.mark.mpi
 def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model, sample_train, sample_dev, tmp_path):
     """ZeRO-3 partitions every parameter (threshold 0: even the tiny model's): evaluation with one batch
