@@ -23,7 +23,7 @@ from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
 from bert_squad.errors import UserError
 from bert_squad.evaluate import predict
-from bert_squad.features import build_features
+from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import read_json, read_text
 from bert_squad.postprocess import predicted_entry
 
@@ -79,6 +79,7 @@ class Answerer:
 
     def predict(self, examples):
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
+        check_tokenizer(self.tokenizer, examples.records[0], self.windows)
         features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
         return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
 

@@ -67,8 +67,9 @@ class DataConfig:
             raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
                             f"or give --train-file/--eval-file")
         if self.cache_dir is None:  # resolved once here, so every part of the run sees the same cache
-            object.__setattr__(self, "cache_dir", default_cache_dir())
-        directory(self.cache_dir, "--cache-dir ")
+            object.__setattr__(self, "cache_dir", default_cache_dir())  # checked where it is read
+        else:
+            directory(self.cache_dir, "--cache-dir ")
 
 
 @dataclass(frozen=True)

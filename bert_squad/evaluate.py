@@ -103,7 +103,7 @@ def parse(argv):
 def run(parsed):
     """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
     args, windows, postprocess = parsed
-    cache_dir = directory(args.cache_dir or cache.default_cache_dir(), "--cache-dir ")
+    cache_dir = directory(args.cache_dir, "--cache-dir ") if args.cache_dir else cache.default_cache_dir()
     model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)

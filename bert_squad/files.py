@@ -72,4 +72,3 @@ def write_text_atomic(path, text):
 
 def write_json_atomic(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
-

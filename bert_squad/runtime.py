@@ -4,8 +4,9 @@ The command-line entry (`cli`) calls `prepare` once per process, after the comma
 `--help` and argument errors cost nothing) and before the command imports the Hugging Face libraries or
 DeepSpeed, which read some of these settings at import. Library code changes nothing process-wide: a
 program that uses `bert_squad.answer.Answerer` keeps its own logging, warnings and network settings.
-On a GPU it asks NCCL/RCCL for their network debug lines (`transport`). Scoped changes stay with their scope: `distributed.process_group` exports the rank variables DeepSpeed
-reads while the group lives, `preemption.StopRequest` restores the signal handlers it replaced.
+On a GPU it asks NCCL/RCCL for their network debug lines (`transport`). Scoped changes stay with their
+scope: `distributed.process_group` exports the rank variables DeepSpeed reads while the group lives,
+`preemption.StopRequest` restores the signal handlers it replaced.
 """
 
 import logging

@@ -220,16 +220,15 @@ def loop(run):
             # evaluate mid-run (the last step's evaluation is part of `finish`)
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
                 evaluate_now(run)
-            # checkpoint, and stop when any rank was asked to
-            if distributed.any_rank(stop.requested):
+            # checkpoint every --checkpoint-every steps, and at the step where any rank was asked to stop
+            stopping = distributed.any_rank(stop.requested)
+            if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
                 checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
                                 run.inputs.about)
+            if stopping:
                 report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
                                  f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
                 return EXIT_STOPPED
-            if faults.checkpoint_every and progress.step % faults.checkpoint_every == 0:
-                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
-                                run.inputs.about)
             shown.advance(progress.step, run.last_rates)
     return 0
 

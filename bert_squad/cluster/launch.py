@@ -25,9 +25,9 @@ HERE = Path(__file__).resolve().parent
 SITES_FILE = HERE / "sites.json"
 TEMPLATE_FILE = HERE / "job_template.sh"
 SLURM_TIMEOUT = 120  # seconds sbatch and squeue may take before a submission gives up with one line
-# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 # The part of a job script that `bert-squad launch --submit` also runs on the submit host.
 INPUTS_RE = re.compile(r"^# >>> inputs.*?^# <<< inputs$", re.M | re.S)
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
 
 
