@@ -100,9 +100,11 @@ def wait_for_log(cluster, job, log, pattern, timeout=600, states=ACTIVE):
 
 
 def wait_for_requeue(cluster, job, log, timeout=600):
-    """Until Slurm has requeued the job once (its Restarts count); fails with the log otherwise."""
+    """Until Slurm has requeued the job once (its Restarts count) and its first run has finished
+    completing: Restarts counts the requeue while the job still shows COMPLETING for a moment, and the
+    job is back in the queue only after that. Fails with the log otherwise."""
     deadline = time.monotonic() + timeout
-    while int((info := cluster.job(job)).get("Restarts", 0)) < 1:
+    while int((info := cluster.job(job)).get("Restarts", 0)) < 1 or info.get("JobState") == "COMPLETING":
         assert info.get("JobState") in (*ACTIVE, "REQUEUED", "COMPLETING"), (
             f"job {job} ended without a requeue: {info}\n{log_text(log)[-3000:]}")
         assert time.monotonic() < deadline, f"job {job} not requeued in {timeout}s: {info}\n{log_text(log)[-3000:]}"
