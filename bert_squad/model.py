@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from bert_squad.errors import UserError
@@ -50,11 +51,22 @@ def load_qa_model(model_dir):
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config, local_files_only=True)
+        with warnings.catch_warnings():  # torch's remark on a pickle it cannot read safely, before refusing it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config, local_files_only=True)
     except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
-        raise UserError(f"{model_dir}: cannot load model weights ({_reason(err)})") from None
+        raise UserError(f"{model_dir}: cannot load model weights ({_weights_reason(err)})") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
+
+
+def _weights_reason(err):
+    """torch's refusal of a pickle advises weights_only=False, which would run the file's code: not advice
+    for a batch job, so it is said without it."""
+    reason = _reason(err)
+    if reason.startswith("Weights only load failed"):
+        return "a PyTorch pickle that torch.load(weights_only=True) refuses"
+    return reason
 
 
 def gathered_state_dict(engine):

@@ -53,7 +53,8 @@ class Paths:
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("broken", BROKEN)
-def test_a_broken_model_dir_is_one_line(broken, command, tiny_model, sample_train, sample_dev, tmp_path, capsys):
+def test_a_broken_model_dir_is_one_line(broken, command, tiny_model, sample_train, sample_dev, tmp_path, capsys,
+                                        recwarn):
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     breaks, message = BROKEN[broken]
@@ -63,4 +64,5 @@ def test_a_broken_model_dir_is_one_line(broken, command, tiny_model, sample_trai
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     assert len(err) == 1 and str(model) in err[0] and message in err[0], err
+    assert not [str(w.message) for w in recwarn]  # pytest holds warnings back that a user's stderr would show
     assert not (tmp_path / "out").exists()
