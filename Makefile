@@ -62,18 +62,24 @@ demo: $(STAMP)
 	  --output-dir runs/demo --cache-dir cache
 
 # Two pytest sessions side by side: the cluster tiers spend much of their time waiting on Slurm (job starts,
-# time limits, node timeouts, KillWait), the rest is CPU; the compat environment installs meanwhile and its
-# tests run after the second. Every session always runs, and any one failing fails the target.
+# time limits, node timeouts, KillWait), the rest is CPU. Beside the rest, one background line installs the
+# compat environment, runs the cluster tiers and then the compat tests (the cluster tiers end first). Every
+# session always runs, and any one failing fails the target.
 CLUSTER_TIERS := slurm or multinode or container
 test: system-deps ch-image pyxis $(STAMP)
-	@echo "cluster tiers running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
-	$(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
-	$(PY) -m pytest -q -ra --durations=10 -p no:cacheprovider -m "$(CLUSTER_TIERS)" > $(VENV)/test-clusters.log 2>&1 & \
-	clusters=$$!; \
+	@echo "cluster tiers, then compat, running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
+	rm -f $(VENV)/test-clusters.rc $(VENV)/test-compat.rc; \
+	( $(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
+	  $(PY) -m pytest -q -ra --durations=10 -p no:cacheprovider -m "$(CLUSTER_TIERS)" > $(VENV)/test-clusters.log 2>&1; \
+	  echo $$? > $(VENV)/test-clusters.rc; \
+	  if wait $$install; then $(MAKE) -s test-compat-run > $(VENV)/test-compat.log 2>&1; echo $$? > $(VENV)/test-compat.rc; \
+	  else tail -20 $(VENV)/compat-install.log > $(VENV)/test-compat.log; echo 1 > $(VENV)/test-compat.rc; fi ) & side=$$!; \
 	$(PY) -m pytest -q -ra --durations=10 -m "not ($(CLUSTER_TIERS))"; rest=$$?; \
-	if wait $$install; then $(MAKE) test-compat-run; compat=$$?; else tail -20 $(VENV)/compat-install.log; compat=1; fi; \
-	wait $$clusters; tiers=$$?; echo "--- cluster tiers ($(CLUSTER_TIERS)):"; cat $(VENV)/test-clusters.log; \
-	echo "rest: exit $$rest, compat: exit $$compat, cluster tiers: exit $$tiers"; \
+	wait $$side; \
+	echo "--- cluster tiers ($(CLUSTER_TIERS)):"; cat $(VENV)/test-clusters.log; \
+	echo "--- compat ($(COMPAT_TRANSFORMERS)):"; cat $(VENV)/test-compat.log; \
+	tiers=$$(cat $(VENV)/test-clusters.rc 2>/dev/null || echo none); compat=$$(cat $(VENV)/test-compat.rc 2>/dev/null || echo none); \
+	echo "rest: exit $$rest, cluster tiers: exit $$tiers, compat: exit $$compat"; \
 	[ $$rest = 0 ] && [ $$compat = 0 ] && [ $$tiers = 0 ]
 
 # A second environment with the oldest supported transformers (4.x), for the tests marked `compat`.
