@@ -24,6 +24,14 @@ def default_cache_dir():
     return str(directory(os.environ.get("BERT_SQUAD_CACHE", "./cache"), "BERT_SQUAD_CACHE="))
 
 
+def resolve_cache_dir(given):
+    """`--cache-dir` as given, or the default; either one checked once, before any work."""
+    if not given:
+        return default_cache_dir()
+    directory(given, "--cache-dir ")
+    return given
+
+
 def hub_dir(cache_dir):
     return Path(cache_dir) / "hub"
 

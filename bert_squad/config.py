@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bert_squad.cache import default_cache_dir
+from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import UserError, debug_requested
-from bert_squad.files import directory
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
@@ -66,10 +65,8 @@ class DataConfig:
         if self.dataset not in HUB_DATASETS:
             raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
                             f"or give --train-file/--eval-file")
-        if self.cache_dir is None:  # resolved once here, so every part of the run sees the same cache
-            object.__setattr__(self, "cache_dir", default_cache_dir())  # checked where it is read
-        else:
-            directory(self.cache_dir, "--cache-dir ")
+        # resolved once here, so every part of the run sees the same cache
+        object.__setattr__(self, "cache_dir", resolve_cache_dir(self.cache_dir))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from bert_squad import cache, config, distributed, model, outputs
 from bert_squad.batching import Collator
 from bert_squad.data import read_squad
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import directory, writable_directory, write_json_atomic
+from bert_squad.files import writable_directory, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import postprocess_predictions
 from bert_squad.squad import to_articles
@@ -103,7 +103,7 @@ def parse(argv):
 def run(parsed):
     """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
     args, windows, postprocess = parsed
-    cache_dir = directory(args.cache_dir, "--cache-dir ") if args.cache_dir else cache.default_cache_dir()
+    cache_dir = cache.resolve_cache_dir(args.cache_dir)
     model_dir = cache.find_model(args.model_dir, cache_dir)
     examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)
