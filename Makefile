@@ -98,7 +98,7 @@ test-fast: $(STAMP)
 slurm-renders: $(STAMP)
 	for site in daint lumi generic; do $(VENV)/bin/bert-squad launch --site $$site --dry-run > slurm/$$site.sbatch; done
 
-# Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in the README).
+# Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in docs/performance.md).
 minilm-dir: $(STAMP)
 	@echo "$(MINILM)"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Measure the speed options one by one (issue: keep only what is a real gain on this device).
+"""Measure the speed options one by one (keep only what is a real gain on this device).
 
 Times forward+backward+AdamW steps of a model on real SQuAD-length batches, for attention
 implementations (eager, sdpa) and AdamW variants (for-loop, foreach, fused), and prints steps/s.

@@ -102,5 +102,5 @@ def report(rank, path, environ=os.environ):
     if environ.get(SITE_NETWORK_VAR) == "ofi" and found.network == "Socket":
         print(f"rank {rank}: warning: this site's collectives should run over its libfabric plugin "
               f"(Slingshot), not {found.describe()}: expect them many times slower; see the job's container "
-              f"settings (README, 'Which network the collectives use')", file=sys.stderr, flush=True)
+              f"settings (docs/clusters.md, 'Which network the collectives use')", file=sys.stderr, flush=True)
     return found

@@ -57,7 +57,7 @@ def test_bert_base_flops_per_sample_at_384():
     from transformers import BertConfig, BertForQuestionAnswering
 
     gflop = flops_per_sample(model_shape(BertForQuestionAnswering(BertConfig())), 384) / 1e9
-    assert 205 < gflop < 220  # the figure: about 212 GFLOP per 384-token sample
+    assert 205 < gflop < 220  # the published figure: about 212 GFLOP per 384-token sample
 
 
 def test_peak_table():

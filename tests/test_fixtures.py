@@ -115,7 +115,7 @@ def test_a_lock_whose_holder_died_is_taken(tmp_path):
 
 
 def test_every_subprocess_a_test_runs_has_a_deadline():
-    """subprocess.run and its kin without `timeout=` would wait forever on a hung child (item 3 of issue 22);
+    """subprocess.run and its kin without `timeout=` would wait forever on a hung child;
     so would a bare Popen.wait()/communicate(). Started (conftest.py) is how a test runs a process it
     watches, killed by group on the way out."""
     import ast

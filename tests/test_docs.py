@@ -1,0 +1,46 @@
+"""The documentation's relative links resolve: files exist, and a `#fragment` names a heading of its page."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", ROOT / "tests" / "README.md", ROOT / "containers" / "README.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set:
+    """GitHub's heading slugs: lower case, punctuation dropped, spaces to dashes (fenced code skipped)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def relative_links(page: Path):
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for page in PAGES:
+        for target in relative_links(page):
+            path, _, fragment = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_checker_sees_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n\n[ok](#top) [gone](missing.md) [bad](#nowhere)\n```\n[code](x.md)\n```\n")
+    assert relative_links(page) == ["#top", "missing.md", "#nowhere"]
+    assert anchors(page) == {"top"}
+
+
+def test_the_readme_is_a_newcomers_five_minutes():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
+    assert any("make demo" in line for line in lines[:40])
