@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from conftest import tomllib  # noqa: E402
+from helpers import tomllib  # noqa: E402
 from pyxis import edf_to_pyxis, merged  # noqa: E402
 
 from bert_squad.cluster import edf  # noqa: E402

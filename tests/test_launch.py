@@ -12,7 +12,7 @@ import pytest
 
 from bert_squad import cache, cli
 from bert_squad.cluster import edf, launch
-from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
+from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
 from slurm_jobs import finished, sbatch_lines, stored_script, submitting_env
 
 SITES = ("daint", "lumi", "generic")

@@ -19,7 +19,7 @@ import pytest
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.cluster import edf
-from conftest import ROOT, run_bert_squad, tomllib
+from helpers import ROOT, run_bert_squad, tomllib
 from images import MARKER_TEXT, ch_train_args, interpreter_dirs, probe_env, probes
 from pyxis import pyxis_cluster, pyxis_image  # noqa: F401  (fixtures)
 from slurm_jobs import finished, job_env, warn_when_training

@@ -8,7 +8,7 @@ import pytest
 
 from bert_squad import transport
 from bert_squad.cluster import launch
-from conftest import ROOT
+from helpers import ROOT
 
 LINES = ROOT / "tests" / "nccl_debug_lines.txt"
 
