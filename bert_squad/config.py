@@ -16,6 +16,7 @@ from typing import Optional
 from bert_squad.cache import resolve_cache_dir
 from bert_squad import commands
 from bert_squad.errors import UserError
+from bert_squad.metrics import LANGUAGES
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
@@ -93,13 +94,20 @@ class WindowConfig:
                             f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})")
 
 
+# --lang: how answers are compared with the references (metrics.normalize_answer).
+LANG_OPTION = dict(default=None, choices=LANGUAGES, metavar="LANG",
+                   help=f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: Unicode "
+                        f"punctuation, the language's articles, zh per character) instead of SQuAD's English one")
+
+
 @dataclass(frozen=True)
 class PostprocessConfig:
-    """answers: how window logits become one answer per question"""
+    """answers: how window logits become one answer per question, and how answers are scored"""
 
     max_answer_length: int = option(30, "longest answer span, in tokens")
     null_score_diff_threshold: float = option(0.0, "SQuAD v2.0: predict no answer when the null score beats "
                                                    "the best span by more than this")
+    lang: Optional[str] = option(None, LANG_OPTION["help"], choices=LANGUAGES, metavar="LANG", sweep="common")
 
     def __post_init__(self):
         _positive(self, "max_answer_length")
@@ -202,8 +210,9 @@ def training_options():
     return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
 
 
-def add_options(parser, cls):
-    """The fields of `cls` as an option group of `parser`."""
+def add_options(parser, cls, several=()):
+    """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
+    (a command that builds one `cls` for each of several inputs)."""
     group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
     for f in dataclasses.fields(cls):
         opt = _option(f)
@@ -211,7 +220,8 @@ def add_options(parser, cls):
         if opt.type is bool:
             group.add_argument(opt.flag, dest=f.name, action="store_true", **meta)
         else:
-            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default, **meta)
+            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default,
+                               nargs="+" if f.name in several else None, **meta)
     return group
 
 
