@@ -385,8 +385,8 @@ def mlqa_module():
 
 
 # Text with what each language's rules act on: its articles and al- prefix, CJK and Unicode punctuation.
-LANG_WORDS = st.sampled_from(["the", "An", "los", "La", "der", "Eine", "những", "của", "ال", "الكتاب", "北京", "大学",
-                         "«", "»", "—", "。", "、", "¿", "Ünïcode", "1,5", "a.b"])
+LANG_WORDS = st.sampled_from(["the", "An", "los", "La", "der", "Eine", "những", "của", "ال", "الكتاب", "北京",
+                              "大学", "«", "»", "—", "。", "、", "¿", "Ünïcode", "1,5", "a.b"])
 MULTILINGUAL = st.lists(LANG_WORDS | st.text(max_size=4), max_size=8).map(" ".join)
 
 
