@@ -126,11 +126,23 @@ class TrainConfig:
     warmup_ratio: float = option(0.1, "fills a scheduler warmup_num_steps of \"auto\"")
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
+    keep_best: bool = option(False, "with --eval-every: the model written at the end is the evaluated step's with "
+                                    "the best dev F1 (a tie keeps the earlier step), not the last step's")
+    early_stopping: int = option(0, "with --eval-every: end the run after N evaluations without a better dev F1, "
+                                    "keeping the best model (0: never)")
     log_every: int = option(20, "log a line every N optimizer steps")
+
+    @property
+    def keeps_best(self):
+        """Whether the run tracks the best evaluation: --keep-best, or --early-stopping that keeps it."""
+        return self.keep_best or self.early_stopping > 0
 
     def __post_init__(self):
         _positive(self, "log_every")
-        _within(self, ["epochs", "max_steps", "eval_every"], "a finite number, 0 or more", low=0)
+        _within(self, ["epochs", "max_steps", "eval_every", "early_stopping"], "a finite number, 0 or more", low=0)
+        if self.keeps_best and not self.eval_every:
+            flag = "--keep-best" if self.keep_best else "--early-stopping"
+            raise UserError(f"{flag} needs --eval-every N: the best step is chosen among the evaluated ones")
         _within(self, ["warmup_ratio"], "a fraction from 0 to 1", low=0, high=1)
         _within(self, ["seed"], "from 0 to 2**32 - 1", low=0, high=2**32 - 1)
         if self.epochs <= 0 and self.max_steps <= 0:
