@@ -101,6 +101,19 @@ LANG_OPTION = dict(default=None, choices=LANGUAGES, metavar="LANG",
 
 
 @dataclass(frozen=True)
+class PreprocessConfig:
+    """preprocessing: how features are built"""
+
+    preprocessing_workers: Optional[int] = option(None, "processes that build features (default: one per core this "
+                                                        "rank may use); the cached features are the same for any",
+                                                  sweep="common")
+
+    def __post_init__(self):
+        if self.preprocessing_workers is not None:
+            _positive(self, "preprocessing_workers")
+
+
+@dataclass(frozen=True)
 class PostprocessConfig:
     """answers: how window logits become one answer per question, and how answers are scored"""
 
@@ -183,13 +196,15 @@ class RunConfig:
 
     data: DataConfig
     windows: WindowConfig
+    preprocess: PreprocessConfig
     postprocess: PostprocessConfig
     train: TrainConfig
     faults: FaultConfig
     speed: SpeedConfig
 
 
-TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "postprocess": PostprocessConfig,
+TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "preprocess": PreprocessConfig,
+                   "postprocess": PostprocessConfig,
                    "train": TrainConfig, "faults": FaultConfig, "speed": SpeedConfig}
 
 

@@ -104,6 +104,7 @@ def parser(prog, description, inputs):
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cache-dir", default=None)
     config.add_options(p, config.WindowConfig)
+    config.add_options(p, config.PreprocessConfig)
     return p
 
 
@@ -125,6 +126,7 @@ def parse(argv):
 def on_every_rank(args, windows, files, task):
     """Load --model-dir, then on every rank the launcher started build the features of each file's examples
     and run `task(i, module, examples, features, device, pad_id, dist)`: the results, in file order."""
+    preprocess = config.from_args(config.PreprocessConfig, args)
     cache_dir = cache.resolve_cache_dir(args.cache_dir)
     model_dir = cache.find_model(args.model_dir, cache_dir)
     tokenizer = model.load_tokenizer(model_dir)
@@ -137,7 +139,8 @@ def on_every_rank(args, windows, files, task):
     with distributed.process_group(dist) as device:
         module.to(device)
         for i, examples in enumerate(files):
-            features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist)
+            features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist,
+                                      workers=preprocess.preprocessing_workers)
             results.append(task(i, module, examples, features, device, tokenizer.pad_token_id, dist))
     return results
 

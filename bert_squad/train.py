@@ -130,10 +130,11 @@ def plan_work(inputs):
     """Features (tokenized once, cached), the batch plan and the finished DeepSpeed config."""
     cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
+    workers = cfg.preprocess.preprocessing_workers
     features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=True,
-                              dist=dist)
+                              dist=dist, workers=workers)
     dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=False,
-                                   dist=dist) if inputs.dev_examples else None)
+                                   dist=dist, workers=workers) if inputs.dev_examples else None)
     counts = feature_report(inputs.train_examples, features)
     report.log(dist, report.features_line(inputs.train_examples, counts, windows, time.perf_counter() - t0))
     if dev_features is not None:
