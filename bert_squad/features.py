@@ -132,7 +132,7 @@ def worker_count(requested, questions):
 def _write_cache(ds, fn, kwargs, cache_file, workers):
     """The features of `ds`, built by `workers` processes (each a contiguous share of the questions, in
     order) and written as one Arrow file, whatever the number of workers: the cache is the same for any."""
-    from datasets.arrow_writer import ArrowWriter
+    from datasets.arrow_writer import ArrowWriter  # heavy: only where features are built
 
     parts = cache_file.parent / f".{cache_file.stem}-{os.getpid()}"
     shutil.rmtree(parts, ignore_errors=True)
