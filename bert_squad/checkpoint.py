@@ -193,9 +193,10 @@ def write_marker(path, record, files):
 
 # --- save -----------------------------------------------------------------------------------------
 
-def save(engine, output_dir, progress, keep, dist, stamp):
+def save(engine, output_dir, progress, keep, dist, stamp, extra=None):
     """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
-    `latest` at it and deletes the checkpoints `keep` no longer covers."""
+    `latest` at it and deletes the checkpoints `keep` no longer covers. `extra(path)`: what else rank 0
+    writes into the checkpoint (before the digests, so they cover it)."""
     root = checkpoint_root(output_dir)
     tag = f"step{progress.step:08d}"
     path, superseded = root / tag, root / f".superseded-{tag}"
@@ -211,6 +212,8 @@ def save(engine, output_dir, progress, keep, dist, stamp):
     if dist.is_main:
         stamp.config.save_pretrained(str(path / HF_DIR))
         model.save_tokenizer(stamp.tokenizer, path / HF_DIR)
+        if extra is not None:
+            extra(path)
     t1 = time.perf_counter()
     mine = manifest(path, dist.rank, dist.world_size, sync=True)
     # A collective: once rank 0 has every rank's digests, every rank's files are on disk.

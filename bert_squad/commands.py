@@ -22,6 +22,7 @@ COMMANDS = {
     "download": Command(TRAINING_ARGS, "bert_squad.download:download", offline=False),
     "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
     "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", deepspeed=True),
+    "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", deepspeed=True),
     "export": Command("bert_squad.export:parse", "bert_squad.export:run"),
     "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
     "test": Command("bert_squad.bert_squad_test:parse", "bert_squad.bert_squad_test:run"),

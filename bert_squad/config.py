@@ -16,6 +16,7 @@ from typing import Optional
 from bert_squad.cache import resolve_cache_dir
 from bert_squad import commands
 from bert_squad.errors import UserError
+from bert_squad.metrics import LANGUAGES
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
@@ -93,13 +94,33 @@ class WindowConfig:
                             f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})")
 
 
+# --lang: how answers are compared with the references (metrics.normalize_answer).
+LANG_OPTION = dict(default=None, choices=LANGUAGES, metavar="LANG",
+                   help=f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: Unicode "
+                        f"punctuation, the language's articles, zh per character) instead of SQuAD's English one")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """preprocessing: how features are built"""
+
+    preprocessing_workers: Optional[int] = option(None, "processes that build features (default: one per core this "
+                                                        "rank may use); the cached features are the same for any",
+                                                  sweep="common")
+
+    def __post_init__(self):
+        if self.preprocessing_workers is not None:
+            _positive(self, "preprocessing_workers")
+
+
 @dataclass(frozen=True)
 class PostprocessConfig:
-    """answers: how window logits become one answer per question"""
+    """answers: how window logits become one answer per question, and how answers are scored"""
 
     max_answer_length: int = option(30, "longest answer span, in tokens")
     null_score_diff_threshold: float = option(0.0, "SQuAD v2.0: predict no answer when the null score beats "
                                                    "the best span by more than this")
+    lang: Optional[str] = option(None, LANG_OPTION["help"], choices=LANGUAGES, metavar="LANG", sweep="common")
 
     def __post_init__(self):
         _positive(self, "max_answer_length")
@@ -118,11 +139,23 @@ class TrainConfig:
     warmup_ratio: float = option(0.1, "fills a scheduler warmup_num_steps of \"auto\"")
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
+    keep_best: bool = option(False, "with --eval-every: the model written at the end is the evaluated step's with "
+                                    "the best dev F1 (a tie keeps the earlier step), not the last step's")
+    early_stopping: int = option(0, "with --eval-every: end the run after N evaluations without a better dev F1, "
+                                    "keeping the best model (0: never)")
     log_every: int = option(20, "log a line every N optimizer steps")
+
+    @property
+    def keeps_best(self):
+        """Whether the run tracks the best evaluation: --keep-best, or --early-stopping that keeps it."""
+        return self.keep_best or self.early_stopping > 0
 
     def __post_init__(self):
         _positive(self, "log_every")
-        _within(self, ["epochs", "max_steps", "eval_every"], "a finite number, 0 or more", low=0)
+        _within(self, ["epochs", "max_steps", "eval_every", "early_stopping"], "a finite number, 0 or more", low=0)
+        if self.keeps_best and not self.eval_every:
+            flag = "--keep-best" if self.keep_best else "--early-stopping"
+            raise UserError(f"{flag} needs --eval-every N: the best step is chosen among the evaluated ones")
         _within(self, ["warmup_ratio"], "a fraction from 0 to 1", low=0, high=1)
         _within(self, ["seed"], "from 0 to 2**32 - 1", low=0, high=2**32 - 1)
         if self.epochs <= 0 and self.max_steps <= 0:
@@ -163,13 +196,15 @@ class RunConfig:
 
     data: DataConfig
     windows: WindowConfig
+    preprocess: PreprocessConfig
     postprocess: PostprocessConfig
     train: TrainConfig
     faults: FaultConfig
     speed: SpeedConfig
 
 
-TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "postprocess": PostprocessConfig,
+TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "preprocess": PreprocessConfig,
+                   "postprocess": PostprocessConfig,
                    "train": TrainConfig, "faults": FaultConfig, "speed": SpeedConfig}
 
 
@@ -202,8 +237,9 @@ def training_options():
     return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
 
 
-def add_options(parser, cls):
-    """The fields of `cls` as an option group of `parser`."""
+def add_options(parser, cls, several=()):
+    """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
+    (a command that builds one `cls` for each of several inputs)."""
     group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
     for f in dataclasses.fields(cls):
         opt = _option(f)
@@ -211,7 +247,8 @@ def add_options(parser, cls):
         if opt.type is bool:
             group.add_argument(opt.flag, dest=f.name, action="store_true", **meta)
         else:
-            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default, **meta)
+            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default,
+                               nargs="+" if f.name in several else None, **meta)
     return group
 
 

@@ -52,15 +52,19 @@ class _Skip(Exception):
         self.kind = kind
 
 
-def _question(qa, context, path, where):
+def _question(qa, context, path, where, labelled=True):
     """One question as a flat record's fields, or _Skip; structural faults raise. Once it has an id, the
-    question is named by it (`where` is its place in the file until then)."""
+    question is named by it (`where` is its place in the file until then). Unless `labelled`, its answers
+    (if any) are not read: the question is to be answered, not scored."""
     qid = _require(qa, "id", str, where)
     qwhere = f"{path}: question {qid}"
     question = _require(qa, "question", str, qwhere)
     if not question.strip():
         raise _Skip("empty", f"{qwhere}: empty question")
     impossible = _require(qa, "is_impossible", bool, qwhere, default=False)
+    if not labelled:
+        return {"id": qid, "question": question, "answers": {"text": [], "answer_start": []},
+                "is_impossible": impossible}
     answers = _require(qa, "answers", list, qwhere)
     if not answers and not impossible:
         raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
@@ -88,11 +92,12 @@ def _paragraphs(doc, path):
             yield title, context, _require(para, "qas", list, f"{where} paragraph {p}"), f"{where} paragraph {p}"
 
 
-def read_squad(path, strict=False):
+def read_squad(path, strict=False, labelled=True):
     """Read an official SQuAD file; structural faults raise, answer-offset mismatches skip the question.
 
     A question whose `answer_start` does not point at its answer text (its labels would be wrong), or
     whose text is empty or whitespace (nothing to ask), is counted and skipped, or with `strict` raises.
+    Unless `labelled` (`bert-squad predict`), answers are optional and left unread.
     """
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
@@ -100,7 +105,8 @@ def read_squad(path, strict=False):
     for title, context, qas, where in _paragraphs(doc, path):
         for q, qa in enumerate(qas):
             try:
-                records.append({"title": title, "context": context, **_question(qa, context, path, f"{where} question {q}")})
+                records.append({"title": title, "context": context,
+                                **_question(qa, context, path, f"{where} question {q}", labelled)})
             except _Skip as skip:
                 if strict:
                     raise UserError(f"{skip} (--strict; drop --strict to skip such questions)") from None

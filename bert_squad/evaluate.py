@@ -7,6 +7,7 @@ passes (a rank out of batches repeats the shortest one and drops its output): un
 forward gathers the parameters from all ranks, so a rank that stopped early would hang the others.
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 from bert_squad import cache, config, distributed, model, outputs
 from bert_squad.batching import Collator
 from bert_squad.data import read_squad
+from bert_squad.errors import UserError
 from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import writable_directory, write_json_atomic
 from bert_squad.metrics import score
@@ -69,53 +71,127 @@ def predict(module, examples, features, device, pad_id, postprocess, dist=None):
         null_score_diff_threshold=postprocess.null_score_diff_threshold)
 
 
+def write_predictions(output_dir, result):
+    """The prediction files of `predict`'s result: what evaluation and `bert-squad predict` both write."""
+    predictions, nbest, null_odds = result
+    out = Path(output_dir)
+    write_json_atomic(out / outputs.PREDICTIONS, predictions)
+    write_json_atomic(out / outputs.NBEST, nbest)
+    if null_odds is not None:
+        write_json_atomic(out / outputs.NULL_ODDS, null_odds)
+
+
 def evaluate(module, examples, features, device, pad_id, postprocess, dist, output_dir=None):
     """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
     result = predict(module, examples, features, device, pad_id, postprocess, dist)
     if result is None:
         return None
-    predictions, nbest, null_odds = result
-    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds)
+    predictions, _, null_odds = result
+    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds,
+                    lang=postprocess.lang)
     if output_dir is not None:
-        out = Path(output_dir)
-        write_json_atomic(out / outputs.PREDICTIONS, predictions)
-        write_json_atomic(out / outputs.NBEST, nbest)
-        if null_odds is not None:
-            write_json_atomic(out / outputs.NULL_ODDS, null_odds)
-        write_json_atomic(out / outputs.EVAL_METRICS, dict(metrics, eval_file=examples.source,
-                                                           questions=len(examples)))
+        write_predictions(output_dir, result)
+        write_json_atomic(Path(output_dir) / outputs.EVAL_METRICS, dict(metrics, eval_file=examples.source,
+                                                                         questions=len(examples)))
     return metrics
 
 
-def parse(argv):
-    p = config.ArgumentParser(prog="bert-squad evaluate", description=run.__doc__)
+def parser(prog, description, inputs):
+    """The options `evaluate` and `predict` share; `inputs` adds the command's own input option."""
+    p = config.ArgumentParser(prog=prog, description=description)
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--eval-file", required=True)
+    inputs(p)
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cache-dir", default=None)
     config.add_options(p, config.WindowConfig)
-    config.add_options(p, config.PostprocessConfig)
+    config.add_options(p, config.PreprocessConfig)
+    return p
+
+
+def parse(argv):
+    p = parser("bert-squad evaluate", run.__doc__,
+               lambda p: p.add_argument("--eval-file", required=True, nargs="+",
+                                        help="SQuAD JSON; several: a row for each and their mean"))
+    config.add_options(p, config.PostprocessConfig, several=("lang",))
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
-    return args, config.from_args(config.WindowConfig, args), config.from_args(config.PostprocessConfig, args)
+    langs = args.lang or [None]
+    if len(langs) not in (1, len(args.eval_file)):
+        raise UserError(f"--lang: give one language, or one for each of the {len(args.eval_file)} --eval-file")
+    each = [config.from_args(config.PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
+            for lang in langs * (len(args.eval_file) // len(langs))]
+    return args, config.from_args(config.WindowConfig, args), each
 
 
-def run(parsed):
-    """`bert-squad evaluate`: score a saved model on an eval file, on all ranks the launcher started."""
-    args, windows, postprocess = parsed
+def on_every_rank(args, windows, files, task):
+    """Load --model-dir, then on every rank the launcher started build the features of each file's examples
+    and run `task(i, module, examples, features, device, pad_id, dist)`: the results, in file order."""
+    preprocess = config.from_args(config.PreprocessConfig, args)
     cache_dir = cache.resolve_cache_dir(args.cache_dir)
     model_dir = cache.find_model(args.model_dir, cache_dir)
-    examples = read_squad(args.eval_file)
     tokenizer = model.load_tokenizer(model_dir)
-    check_tokenizer(tokenizer, examples.records[0], windows)
+    for examples in files:
+        check_tokenizer(tokenizer, examples.records[0], windows)
     module = model.load_qa_model(model_dir)
     writable_directory(args.output_dir, "--output-dir ")
     dist = distributed.detect()
+    results = []
     with distributed.process_group(dist) as device:
         module.to(device)
-        features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist)
-        metrics = evaluate(module, examples, features, device, tokenizer.pad_token_id, postprocess, dist,
-                           output_dir=args.output_dir)
-    if metrics is not None:
-        print(json.dumps(metrics))
+        for i, examples in enumerate(files):
+            features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist,
+                                      workers=preprocess.preprocessing_workers)
+            results.append(task(i, module, examples, features, device, tokenizer.pad_token_id, dist))
+    return results
+
+
+def output_dirs(output_dir, paths):
+    """Where each eval file's predictions go: --output-dir itself for one file, a folder named after each
+    file (its name without .json) for several."""
+    if len(paths) == 1:
+        return [Path(output_dir)]
+    names = [Path(p).stem for p in paths]
+    if len(set(names)) < len(names):
+        raise UserError(f"--eval-file: two files named {next(n for n in names if names.count(n) > 1)}.json: "
+                        f"their predictions would share one folder of --output-dir")
+    return [Path(output_dir) / name for name in names]
+
+
+def run(parsed):
+    """`bert-squad evaluate`: score a saved model on one or more eval files, on all ranks the launcher started."""
+    args, windows, postprocess = parsed
+    outs = output_dirs(args.output_dir, args.eval_file)
+    files = [read_squad(path) for path in args.eval_file]
+
+    def task(i, module, examples, features, device, pad_id, dist):
+        if dist.is_main:
+            outs[i].mkdir(parents=True, exist_ok=True)
+        return evaluate(module, examples, features, device, pad_id, postprocess[i], dist, output_dir=outs[i])
+
+    results = on_every_rank(args, windows, files, task)
+    if results[0] is None:  # not rank 0
+        return 0
+    if len(files) > 1:
+        print(table(args.eval_file, [p.lang for p in postprocess], results))
+    print(json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(args.eval_file, results)),
+                                                          "mean": mean(results)}))
     return 0
+
+
+def _exact(result):
+    """Exact match, as v1.1 (exact_match) or v2.0 (exact) names it."""
+    return result["exact_match"] if "exact_match" in result else result["exact"]
+
+
+def mean(results):
+    """The mean exact match and F1 over several eval files' metrics."""
+    return {"exact_match": sum(map(_exact, results)) / len(results), "f1": sum(r["f1"] for r in results) / len(results)}
+
+
+def table(paths, langs, results):
+    """A row per eval file, then their mean: the cross-lingual table."""
+    rows = [(str(p), lang or "squad", r) for p, lang, r in zip(paths, langs, results)] + [("mean", "", mean(results))]
+    width = max(len(p) for p, _, _ in rows)
+    lines = [f"{'eval file':<{width}}  {'lang':<5}  {'EM':>6}  {'F1':>6}"]
+    lines += [f"{p:<{width}}  {lang:<5}  {_exact(r):6.2f}  {r['f1']:6.2f}" for p, lang, r in rows]
+    return "\n".join(lines)

@@ -10,11 +10,14 @@ only, so post-processing can map spans back to the original characters.
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
 
 from bert_squad import cache, distributed
 from bert_squad.errors import UserError
 
 FEATURES_FORMAT = 2  # bump when the feature layout changes, so old caches are not reused
+QUESTIONS_PER_WORKER = 500  # the fewest questions worth a process of their own
 
 
 def _truncate_questions(tokenizer, questions, max_query_length):
@@ -119,11 +122,40 @@ def check_tokenizer(tokenizer, record, windows):
                         f"apart")
 
 
-def build_features(examples, tokenizer, windows, cache_dir, train, dist=None):
+def worker_count(requested, questions):
+    """Processes that build features: `requested` (default: every core this process may run on), but none
+    for fewer than QUESTIONS_PER_WORKER questions (starting it would cost more than its share of the work)."""
+    workers = requested or len(os.sched_getaffinity(0))
+    return max(1, min(workers, questions // QUESTIONS_PER_WORKER))
+
+
+def _write_cache(ds, fn, kwargs, cache_file, workers):
+    """The features of `ds`, built by `workers` processes (each a contiguous share of the questions, in
+    order) and written as one Arrow file, whatever the number of workers: the cache is the same for any."""
+    from datasets.arrow_writer import ArrowWriter  # heavy: only where features are built
+
+    parts = cache_file.parent / f".{cache_file.stem}-{os.getpid()}"
+    shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir()
+    try:
+        if workers > 1:  # a tokenizer that ran threads before the fork would warn in every worker
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        built = ds.map(fn, num_proc=workers if workers > 1 else None, cache_file_name=str(parts / "part.arrow"),
+                       **kwargs)
+        with ArrowWriter(features=built.features, path=str(parts / "all.arrow")) as writer:
+            writer.write_table(built.data.table)
+            writer.finalize()
+        os.replace(parts / "all.arrow", cache_file)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+def build_features(examples, tokenizer, windows, cache_dir, train, dist=None, workers=None):
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
     `windows` is a `config.WindowConfig`. Without `cache_dir` (a handful of questions) the features stay
-    in memory; `dist` (this rank's `DistEnv`) is needed with a cache shared by several ranks.
+    in memory; `dist` (this rank's `DistEnv`) is needed with a cache shared by several ranks. `workers`:
+    --preprocessing-workers (see `worker_count`).
     """
     import datasets  # heavy: not for the commands that tokenize nothing
 
@@ -137,7 +169,9 @@ def build_features(examples, tokenizer, windows, cache_dir, train, dist=None):
     cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, windows, train)}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
-        return ds.map(fn, cache_file_name=str(cache_file), load_from_cache_file=True, **kwargs)
+        if not cache_file.is_file():  # other ranks find rank 0's, unless the cache is not shared with them
+            _write_cache(ds, fn, kwargs, cache_file, worker_count(workers, len(ds)))
+        return datasets.Dataset.from_file(str(cache_file))
 
 
 def feature_report(examples, train_features):

@@ -10,32 +10,87 @@ The two scripts differ in small ways that are kept on purpose:
 - v2.0 drops reference answers that normalise to nothing and treats "no reference" as the single
   reference "", whose only match is an empty prediction; v1.1 keeps every reference.
 - v2.0's F1 is 1 when prediction and reference are both empty; v1.1's is 0.
+
+Every function takes `lang`: None keeps the SQuAD scripts' English normalization; a language code of
+`LANGUAGES` uses MLQA's published per-language rules instead (see `normalize_answer`).
 """
 
 import collections
 import re
 import string
 import sys
+import unicodedata
 
 from bert_squad.squad import is_squad_v2
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
+# MLQA's rules (Lewis et al., 2020): the words each language drops as articles (Hindi and Chinese have none;
+# Arabic's article is the prefix al-, removed wherever it occurs, as MLQA's script does).
+_MLQA_ARTICLES = {
+    "en": ["a", "an", "the"],
+    "es": ["un", "una", "unos", "unas", "el", "la", "los", "las"],
+    "de": ["ein", "eine", "einen", "einem", "eines", "einer", "der", "die", "das", "den", "dem", "des"],
+    "vi": ["của", "là", "cái", "chiếc", "những"],
+    "hi": [],
+    "zh": [],
+}
+_MLQA_PREFIXES = {"ar": "\u0627\u0644"}  # ال
+LANGUAGES = tuple(sorted([*_MLQA_ARTICLES, *_MLQA_PREFIXES]))
+_SEGMENTED = {"zh"}  # scored per character of CJK text (MLQA's mixed segmentation), not per whitespace token
+_CJK = re.compile("[\u4e00-\u9fa5]")
+_UNICODE_PUNCTUATION = None  # every code point of a Unicode P* category, with ASCII's: built on first use
 
-def normalize_answer(text):
-    """Lowercase, drop ASCII punctuation and the articles a/an/the, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+
+def _unicode_punctuation():
+    global _UNICODE_PUNCTUATION
+    if _UNICODE_PUNCTUATION is None:
+        _UNICODE_PUNCTUATION = _PUNCTUATION | frozenset(
+            c for c in map(chr, range(sys.maxunicode)) if unicodedata.category(c).startswith("P"))
+    return _UNICODE_PUNCTUATION
 
 
-def _exact(prediction, reference):
-    return float(normalize_answer(prediction) == normalize_answer(reference))
+def _segments(text):
+    """Mixed segmentation: each CJK character or punctuation mark a token, other runs split at whitespace."""
+    tokens, run, punctuation = [], [], _unicode_punctuation()
+    for ch in text:
+        if _CJK.match(ch) or ch in punctuation:
+            tokens += "".join(run).split() + [ch]
+            run = []
+        else:
+            run.append(ch)
+    return tokens + "".join(run).split()
 
 
-def _f1(prediction, reference, empty_matches_empty):
-    pred_toks = normalize_answer(prediction).split()
-    gold_toks = normalize_answer(reference).split()
+def _mlqa_normalize(text, lang):
+    punctuation = _unicode_punctuation()
+    text = "".join(ch for ch in text.lower() if ch not in punctuation)
+    if _MLQA_ARTICLES.get(lang):
+        text = re.sub(r"\b(" + "|".join(_MLQA_ARTICLES[lang]) + r")\b", " ", text)
+    if lang in _MLQA_PREFIXES:
+        text = text.replace(_MLQA_PREFIXES[lang], " ")
+    tokens = _segments(text) if lang in _SEGMENTED else text.split()
+    return " ".join(t for t in tokens if t.strip())
+
+
+def normalize_answer(text, lang=None):
+    """SQuAD's (lang None): lowercase, drop ASCII punctuation and the articles a/an/the, collapse whitespace.
+    MLQA's for `lang`: lowercase, drop Unicode punctuation and the language's articles, then whitespace tokens
+    (zh: mixed segmentation), joined by single spaces."""
+    if lang is None:
+        text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+        return " ".join(_ARTICLES.sub(" ", text).split())
+    return _mlqa_normalize(text, lang)
+
+
+def _exact(prediction, reference, lang=None):
+    return float(normalize_answer(prediction, lang) == normalize_answer(reference, lang))
+
+
+def _f1(prediction, reference, empty_matches_empty, lang=None):
+    pred_toks = normalize_answer(prediction, lang).split()
+    gold_toks = normalize_answer(reference, lang).split()
     if empty_matches_empty and (not pred_toks or not gold_toks):
         return float(pred_toks == gold_toks)
     num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
@@ -46,23 +101,23 @@ def _f1(prediction, reference, empty_matches_empty):
     return (2 * precision * recall) / (precision + recall)
 
 
-def _v2_references(references):
+def _v2_references(references, lang=None):
     """The references v2.0 scores against: non-empty after normalisation, or else just ""."""
-    return [r for r in references if normalize_answer(r)] or [""]
+    return [r for r in references if normalize_answer(r, lang)] or [""]
 
 
-def exact_match(prediction, references):
+def exact_match(prediction, references, lang=None):
     """1.0 if `prediction` equals some reference after normalisation, else 0.0 (v2.0 rules).
 
     With no (non-empty) reference, i.e. an unanswerable question, only "" is right. Scores are in
     0..1; the aggregate `score_*` functions report percentages like the official scripts.
     """
-    return max(_exact(prediction, r) for r in _v2_references(references))
+    return max(_exact(prediction, r, lang) for r in _v2_references(references, lang))
 
 
-def f1(prediction, references):
+def f1(prediction, references, lang=None):
     """Best token-overlap F1 of `prediction` against the references, in 0..1 (v2.0 rules)."""
-    return max(_f1(prediction, r, True) for r in _v2_references(references))
+    return max(_f1(prediction, r, True, lang) for r in _v2_references(references, lang))
 
 
 def _questions(articles):
@@ -88,7 +143,7 @@ def require_all(qids, mapping, what):
                          f"{', '.join(missing[:3])}{more}")
 
 
-def score_v1(articles, predictions):
+def score_v1(articles, predictions, lang=None):
     """`{"exact_match", "f1"}` in percent, as `evaluate-v1.1.py` prints them."""
     exact = f1_sum = total = 0
     for qa in _questions(articles):
@@ -99,8 +154,8 @@ def score_v1(articles, predictions):
         refs, pred = _references(qa), predictions[qa["id"]]
         if not refs:
             raise ValueError(f"question {qa['id']} has no answers (SQuAD v1.1 needs at least one)")
-        exact += max(_exact(pred, r) for r in refs)
-        f1_sum += max(_f1(pred, r, False) for r in refs)
+        exact += max(_exact(pred, r, lang) for r in refs)
+        f1_sum += max(_f1(pred, r, False, lang) for r in refs)
     if not total:
         raise ValueError("no questions to score")
     return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1_sum / total}
@@ -129,7 +184,7 @@ def _best_threshold(predictions, raw, na_probs, has_ans):
     return 100.0 * best / len(raw), best_thresh
 
 
-def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
+def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0, lang=None):
     """The dict `evaluate-v2.0.py` prints: exact, f1, total, HasAns_*, NoAns_* and, with `na_probs`
     (question id -> no-answer probability or score), best_exact(_thresh), best_f1(_thresh).
 
@@ -144,7 +199,7 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
     exact_raw, f1_raw, exact, f1s = {}, {}, {}, {}
     for qa in _questions(articles):
         qid, pred = qa["id"], predictions[qa["id"]]
-        exact_raw[qid], f1_raw[qid] = exact_match(pred, _references(qa)), f1(pred, _references(qa))
+        exact_raw[qid], f1_raw[qid] = exact_match(pred, _references(qa), lang), f1(pred, _references(qa), lang)
         answered_none = probs[qid] > na_prob_thresh
         exact[qid] = float(not has_ans[qid]) if answered_none else exact_raw[qid]
         f1s[qid] = float(not has_ans[qid]) if answered_none else f1_raw[qid]
@@ -160,10 +215,10 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0):
     return result
 
 
-def score(articles, predictions, na_probs=None):
+def score(articles, predictions, na_probs=None, lang=None):
     """Score with the official script for the data's version (`squad.is_squad_v2`)."""
     if is_squad_v2({"data": articles}):
-        return score_v2(articles, predictions, na_probs)
+        return score_v2(articles, predictions, na_probs, lang=lang)
     if na_probs is not None:
         raise ValueError("no-answer probabilities apply to SQuAD v2.0 data only")
-    return score_v1(articles, predictions)
+    return score_v1(articles, predictions, lang)

@@ -53,6 +53,11 @@ def eval_line(step, metrics):
     return f"eval step {step}: {json.dumps(metrics)}"
 
 
+def early_stop_line(step, patience, record):
+    return (f"early stopping at step {step}: {patience} evaluations without a better dev F1 than step "
+            f"{record.step}'s; its model is the one saved")
+
+
 def monitor_events(rates, samples):
     """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
     samples seen, as DeepSpeed's own series are."""

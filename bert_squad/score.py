@@ -1,4 +1,5 @@
-"""`bert-squad score`: score a predictions file the way the official SQuAD script would.
+"""`bert-squad score`: score a predictions file the way the official SQuAD script would (with `--lang`, the
+way MLQA's official script scores that language).
 
 The last stdout line is `json.dumps` of exactly what `evaluate-v1.1.py` / `evaluate-v2.0.py` print,
 so scripts can parse it and compare with published numbers; the table goes to stderr.
@@ -74,6 +75,7 @@ def parse(argv):
     p.add_argument("--na-probs", help="v2.0: JSON object question id -> no-answer probability/odds")
     p.add_argument("--na-prob-thresh", type=float, default=None,
                    help='v2.0: predict "" where the no-answer probability exceeds this (default 1.0)')
+    p.add_argument("--lang", **config.LANG_OPTION)
     p.add_argument("--out-file", help="also write the metrics JSON here")
     p.add_argument("--debug", action="store_true", help="traceback on errors")
     return p.parse_args(argv)
@@ -106,13 +108,14 @@ def run(args):
             _require_all(args.predictions, qids, predictions, "prediction")
             _require_all(args.na_probs, qids, na_probs, "no-answer probability")
             thresh = 1.0 if args.na_prob_thresh is None else args.na_prob_thresh
-            result = metrics.score_v2(articles, predictions, na_probs, thresh)
+            result = metrics.score_v2(articles, predictions, na_probs, thresh, lang=args.lang)
         else:
-            result = metrics.score_v1(articles, predictions)
+            result = metrics.score_v1(articles, predictions, args.lang)
     except ValueError as err:  # what is left to go wrong is in the eval file
         raise UserError(f"{args.eval_file}: {err}") from None
     if args.out_file:  # first: an out-file that cannot be written is then the only line on stderr
         write_json_atomic(args.out_file, result)
-    _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions")
+    scored_as = f", scored as MLQA's {args.lang}" if args.lang else ""
+    _show(result, f"SQuAD {'v2.0' if v2 else 'v1.1'}, {len(qids)} questions{scored_as}")
     print(json.dumps(result))
     return 0

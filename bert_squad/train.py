@@ -28,8 +28,10 @@ from deepspeed.accelerator import get_accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report, resume
+from bert_squad import (best, cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report,
+                        resume)
 from bert_squad.batching import BatchPlan, Collator
+from bert_squad.errors import UserError
 from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, check_tokenizer, feature_report
 from bert_squad.files import directory, writable_directory, write_json_atomic, write_text_atomic
@@ -79,6 +81,7 @@ class Run:
     started: float  # perf_counter() when the build began: the run's wall time counts from here
     evals: list = field(default_factory=list)
     last_rates: dict = field(default_factory=dict)
+    best_so_far: Optional[best.Best] = None  # with --keep-best or --early-stopping
 
 
 def main(cfg):
@@ -106,6 +109,9 @@ def check(cfg):
     resuming = resume.decide(resume_from, settings) if resume_from else None
     settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)
+    if cfg.train.keeps_best and dev_examples is None:
+        raise UserError("--keep-best and --early-stopping choose by dev F1: give an eval set (--eval-file or a hub "
+                        "--dataset) and drop --no-eval")
     tokenizer = model.load_tokenizer(model_dir)
     check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
@@ -124,10 +130,11 @@ def plan_work(inputs):
     """Features (tokenized once, cached), the batch plan and the finished DeepSpeed config."""
     cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
+    workers = cfg.preprocess.preprocessing_workers
     features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=True,
-                              dist=dist)
+                              dist=dist, workers=workers)
     dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=False,
-                                   dist=dist) if inputs.dev_examples else None)
+                                   dist=dist, workers=workers) if inputs.dev_examples else None)
     counts = feature_report(inputs.train_examples, features)
     report.log(dist, report.features_line(inputs.train_examples, counts, windows, time.perf_counter() - t0))
     if dev_features is not None:
@@ -164,8 +171,9 @@ def build(inputs, device):
     peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
     report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
+    record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
     return Run(inputs, work, device, engine, work.features.select_columns(collate.columns(work.features)), collate,
-               progress, meter, started)
+               progress, meter, started, best_so_far=record if cfg.train.keeps_best else None)
 
 
 def optimizer_steps(run):
@@ -205,14 +213,17 @@ def loop(run):
                 run.last_rates = run.meter.log_rates(distributed.all_sum)
                 shown.log(report.rates_line(progress.step, total, engine.get_lr()[0], run.last_rates, device))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
-            # evaluate mid-run (the last step's evaluation is part of `finish`)
+            # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
                 evaluate_now(run)
+                if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
+                    report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
+                    break
             # checkpoint every --checkpoint-every steps, and at the step where any rank was asked to stop
             stopping = distributed.any_rank(stop.requested)
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
                 checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
-                                run.inputs.stamp)
+                                run.inputs.stamp, extra=run.best_so_far and run.best_so_far.save)
             if stopping:
                 report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
                                  f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
@@ -222,17 +233,33 @@ def loop(run):
 
 
 def evaluate_now(run, output_dir=None):
-    """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0."""
+    """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0. With a best
+    to keep, the predictions go beside the export of each new best instead of into `output_dir`."""
     inputs = run.inputs
     if run.work.dev_features is None:
         return None
+    if run.best_so_far and inputs.dist.is_main:
+        output_dir = best.start_pending(inputs.cfg.data.output_dir)
     metrics = evaluate(run.engine.module, inputs.dev_examples, run.work.dev_features, run.device,
                        inputs.tokenizer.pad_token_id, inputs.cfg.postprocess, inputs.dist, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))
         report.log(inputs.dist, report.eval_line(run.progress.step, metrics))
+    if run.best_so_far and run.best_so_far.judge(run.progress.step, metrics):
+        export_best(run)
     return metrics
+
+
+def export_best(run):
+    """The model of a new best evaluation, beside its predictions in its own export (every rank takes part)."""
+    out, step = run.inputs.cfg.data.output_dir, run.progress.step
+    state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
+    run.engine.empty_partition_cache()
+    if run.inputs.dist.is_main:
+        model.export(run.engine.module, state, run.inputs.tokenizer, best.pending_dir(out))
+        best.promote(out, step)
+        best.prune(out, run.best_so_far)
 
 
 def finish(run):
@@ -243,10 +270,16 @@ def finish(run):
     run_rates = run.meter.run_rates(distributed.all_sum)
     state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
     digests = distributed.gather_to_rank0(None if state is None else model.weights_digest(state), dist)
-    evaluate_now(run, output_dir=out)
+    kept = run.best_so_far
+    if not (kept and kept.last_evaluated == run.progress.step):  # an early stop has evaluated this step already
+        evaluate_now(run, output_dir=out)
     if not dist.is_main:
         return
-    model.export(run.engine.module, state, inputs.tokenizer, out)
+    if not (kept and best.install(out, kept.step)):
+        model.export(run.engine.module, state, inputs.tokenizer, out)
+        if kept:
+            report.log(dist, f"note: the export of the best step {kept.step} is gone (resumed from an older "
+                             f"checkpoint?): the final step's model is saved instead")
     write_json_atomic(out / outputs.TRAIN_METRICS, {
         "steps": run.progress.step, "epochs": run.progress.step / work.steps_per_epoch,
         "world_size": dist.world_size, "train_batch_size": work.ds_config.batch.size,
@@ -254,7 +287,8 @@ def finish(run):
         **{f"run_{k}": v for k, v in run_rates.items()}, "last_log": run.last_rates,
         "peak_memory_gib": perf.peak_memory_gib(run.device), "features": work.feature_report, "evals": run.evals,
         "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's
-        "deepspeed_config": work.ds_config.as_dict(), "config": dataclasses.asdict(inputs.cfg)})
+        "deepspeed_config": work.ds_config.as_dict(), "config": dataclasses.asdict(inputs.cfg),
+        **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {})})
     report.log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)")
 
 

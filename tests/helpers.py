@@ -68,6 +68,27 @@ def shared_oracle(version):
     return path
 
 
+SHARED_XQUAD = ROOT.parent / "shared" / "data" / "xquad"
+XQUAD_LANGS = ("ar", "de", "zh")  # the XQuAD languages ../shared holds
+
+
+def shared_xquad(lang):
+    """XQuAD's file for `lang` in ../shared/data/xquad, or skip (tests that call it are in the `oracle` tier)."""
+    path = SHARED_XQUAD / f"xquad.{lang}.json"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (XQuAD lives in ../shared beside the clone)")
+    return path
+
+
+def mlqa_oracle():
+    """MLQA's official evaluation script (../shared/oracles; an oracle only, never copied here), or skip."""
+    path = SHARED_ORACLES / "mlqa_evaluation_v1.py"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: MLQA's official evaluation script (a test oracle) lives in "
+                    "../shared/oracles beside the clone")
+    return path
+
+
 _OFFICIAL_MODULES = {}
 
 

@@ -83,3 +83,16 @@ def test_checkpoint_costs_end_in_json(tiny_model, tmp_path):
     (row,) = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
     assert row["config"] == "zero2_bf16" and row["checkpoint_mb"] > 0 and row["universal_mb"] > 0
     assert {"write_s", "crc_s", "convert_s"} <= row.keys()
+
+
+def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model, sample_train):
+    argv = ["--train-file", sample_train, "--model", tiny_model, "--questions", 1200, "--workers", 1, 3,
+            "--max-seq-length", 128]
+    r = subprocess.run([PYTHON, ROOT / "bench" / "preprocessing.py", *map(str, argv)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["questions"] >= 1200 and set(result["questions_per_second"]) == {"1", "3"}
+    rates = result["questions_per_second"]
+    assert result["speedup"]["3"] == pytest.approx(rates["3"] / rates["1"])
+    assert "  3 workers: " in r.stdout

@@ -78,6 +78,8 @@ def files(tmp_path_factory, tiny_model, sample_dev):
                   "--output-dir", "out", "--max-steps", "1"],
         "evaluate": ["--model-dir", str(tiny_model), "--eval-file", str(d / "small.json"), "--output-dir", "out",
                      "--cache-dir", str(d / "cache")],
+        "predict": ["--model-dir", str(tiny_model), "--input", str(d / "small.json"), "--output-dir", "out",
+                    "--cache-dir", str(d / "cache")],
         "score": ["--eval-file", str(d / "small.json"), "--predictions", str(d / "preds.json")],
         "check-cache": ["--model", str(tiny_model)],
         "answer": ["--model-dir", str(tiny_model), "--question", "Who wrote it?", "--context", "Ada wrote it."],

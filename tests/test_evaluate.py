@@ -24,7 +24,8 @@ def file_ids(eval_file):
 
 
 def evaluate(model, eval_file, out, *extra, launcher=()):
-    r = run_bert_squad("evaluate", "--model-dir", model, "--eval-file", eval_file, "--output-dir", out,
+    files = eval_file if isinstance(eval_file, list) else [eval_file]
+    r = run_bert_squad("evaluate", "--model-dir", model, "--eval-file", *files, "--output-dir", out,
                        "--cache-dir", out / "cache", *WINDOWS, *extra, launcher=launcher)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
@@ -88,3 +89,55 @@ def test_max_answer_length_bounds_every_predicted_span(tiny_model, sample_dev, t
     assert len(spans) > len(predicted[1]) / 2, predicted[1]
     assert all(text in one_token[qid] for qid, text in spans.items()), {
         qid: text for qid, text in spans.items() if text not in one_token[qid]}
+
+
+def without_answers(eval_file, path):
+    """`eval_file` as a user's unlabelled file: every question's answers (and v2.0's labels) removed."""
+    squad = json.loads(eval_file.read_text())
+    for article in squad["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                for key in ("answers", "is_impossible", "plausible_answers"):
+                    qa.pop(key, None)
+    path.write_text(json.dumps(squad))
+    return path
+
+
+@pytest.mark.mpi
+def test_predict_on_two_ranks_writes_evaluations_files_without_answers(tiny_model, sample_dev_v2, tmp_path):
+    """`predict` on a file whose answers are gone, on 2 ranks: evaluate's prediction files (one process, the
+    labelled file) byte for byte, null odds included for the v2.0 file."""
+    evaluate(tiny_model, sample_dev_v2, tmp_path / "eval")
+    unlabelled = without_answers(sample_dev_v2, tmp_path / "unlabelled.json")
+    r = run_bert_squad("predict", "--model-dir", tiny_model, "--input", unlabelled, "--output-dir", tmp_path / "pred",
+                       "--cache-dir", tmp_path / "cache", *WINDOWS, launcher=MPIRUN)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "pred").glob("*.json")) == sorted([*V1_FILES, "null_odds.json"])
+    for name in [*V1_FILES, "null_odds.json"]:
+        assert (tmp_path / "pred" / name).read_bytes() == (tmp_path / "eval" / name).read_bytes(), name
+    # evaluate still refuses the unlabelled file: a question without answers cannot be scored
+    r = run_bert_squad("evaluate", "--model-dir", tiny_model, "--eval-file", unlabelled, "--output-dir", tmp_path / "x")
+    assert r.returncode == 2 and "missing field 'answers'" in r.stderr
+
+
+def test_evaluate_several_files_prints_a_row_each_and_the_mean(tiny_model, sample_dev, sample_dev_v2, tmp_path):
+    """Two eval files, each scored with its own --lang: a folder of predictions each, scored as `score --lang`
+    scores them, a table row each and the mean."""
+    from bert_squad.metrics import score
+
+    r = evaluate(tiny_model, [sample_dev, sample_dev_v2], tmp_path / "out", "--lang", "de", "zh")
+    last = json.loads(r.stdout.splitlines()[-1])
+    for eval_file, lang in ((sample_dev, "de"), (sample_dev_v2, "zh")):
+        out = tmp_path / "out" / eval_file.stem
+        predictions = json.loads((out / "predictions.json").read_text())
+        null_odds = json.loads((out / "null_odds.json").read_text()) if lang == "zh" else None
+        expected = score(json.loads(eval_file.read_text())["data"], predictions, null_odds, lang=lang)
+        assert last["files"][str(eval_file)] == expected
+        assert any(line.startswith(str(eval_file)) and f" {lang} " in line for line in r.stdout.splitlines())
+    files = list(last["files"].values())
+    assert last["mean"]["f1"] == pytest.approx((files[0]["f1"] + files[1]["f1"]) / 2)
+    assert r.stdout.splitlines()[-2].startswith("mean")
+    r = run_bert_squad("evaluate", "--model-dir", tiny_model, "--eval-file", sample_dev, sample_dev_v2,
+                       "--lang", "de", "zh", "ar", "--output-dir", tmp_path / "x")
+    assert r.returncode == 2 and r.stderr.strip().endswith("--lang: give one language, or one for each of the 2 "
+                                                           "--eval-file")

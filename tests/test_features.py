@@ -93,3 +93,21 @@ def test_long_questions_are_truncated(tokenizer, tmp_path):
     first_sep = features[0]["input_ids"].index(tokenizer.sep_token_id)
     assert first_sep == 11  # CLS + 10 question tokens
     assert features[0]["start_positions"] > 0
+
+
+def test_cached_features_are_the_same_for_any_number_of_workers(sample_train, tokenizer, tmp_path):
+    """Three copies of the sample (enough questions for several workers): one worker and three write the same
+    cache file, under the same name, byte for byte."""
+    from bert_squad.data import Examples
+    from bert_squad.features import QUESTIONS_PER_WORKER, worker_count
+
+    records = read_squad(sample_train).records
+    examples = Examples([dict(r, id=f"{r['id']}-{copy}") for copy in range(3) for r in records], "copies", False)
+    assert worker_count(3, len(examples)) == 3 and len(examples) >= 3 * QUESTIONS_PER_WORKER
+    files = []
+    for workers in (1, 3):
+        build_features(examples, tokenizer, WindowConfig(96, 32, 24), tmp_path / str(workers), train=True,
+                       workers=workers)
+        files += list((tmp_path / str(workers) / "features").iterdir())
+    assert len(files) == 2 and files[0].name == files[1].name and files[0].read_bytes() == files[1].read_bytes()
+    assert worker_count(None, 100) == 1  # too few questions to share

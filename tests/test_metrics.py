@@ -18,8 +18,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from bert_squad.metrics import exact_match, f1, normalize_answer, score, score_v1, score_v2
-from helpers import PYTHON, official_module, random_predictions, run_official, shared_oracle, shared_squad
+from bert_squad.metrics import LANGUAGES, exact_match, f1, normalize_answer, score, score_v1, score_v2
+from helpers import (PYTHON, mlqa_oracle, official_module, random_predictions, run_official, shared_oracle,
+                     shared_squad)
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One program run per example, each example a batch of many generated datasets. No shrinking (each
@@ -367,3 +368,35 @@ def test_real_dev_v1_equals_official(tmp_path):
     theirs = run_official("1.1", data_file, write_json(tmp_path / "pred.json", preds))
     with redirect_stderr(io.StringIO()):
         assert json.dumps(score_v1(squad["data"], preds)) == json.dumps(theirs)
+
+
+@pytest.fixture(scope="module")
+def mlqa_module():
+    import importlib.util
+
+    import warnings
+
+    spec = importlib.util.spec_from_file_location("official_mlqa", mlqa_oracle())
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():  # the script's regex '\s...' is an invalid escape to Python 3.12
+        warnings.simplefilter("ignore", DeprecationWarning)
+        spec.loader.exec_module(module)
+    return module
+
+
+# Text with what each language's rules act on: its articles and al- prefix, CJK and Unicode punctuation.
+LANG_WORDS = st.sampled_from(["the", "An", "los", "La", "der", "Eine", "những", "của", "ال", "الكتاب", "北京",
+                              "大学", "«", "»", "—", "。", "、", "¿", "Ünïcode", "1,5", "a.b"])
+MULTILINGUAL = st.lists(LANG_WORDS | st.text(max_size=4), max_size=8).map(" ".join)
+
+
+@pytest.mark.oracle
+@FUZZ
+@given(st.sampled_from(LANGUAGES), MULTILINGUAL, st.lists(MULTILINGUAL, min_size=1, max_size=3))
+def test_lang_normalization_and_scores_equal_mlqa_official(mlqa_module, lang, prediction, references):
+    """Every MLQA language: our normalization, exact match and F1 are MLQA's script's, per question."""
+    ref = mlqa_module
+    assert normalize_answer(prediction, lang) == ref.normalize_answer(prediction, lang)
+    squad = {"data": [{"paragraphs": [{"qas": [{"id": "q", "answers": [{"text": r} for r in references]}]}]}]}
+    ours = score_v1(squad["data"], {"q": prediction}, lang)
+    assert json.dumps(ours) == json.dumps(ref.evaluate(squad["data"], {"q": prediction}, lang))

@@ -12,7 +12,8 @@ import pytest
 
 from bert_squad.errors import UserError
 from bert_squad import score
-from helpers import PYTHON, ROOT, random_predictions, run_official, sample_path, shared_squad
+from helpers import (PYTHON, ROOT, XQUAD_LANGS, mlqa_oracle, random_predictions, run_official, sample_path,
+                     shared_squad, shared_xquad)
 
 
 def run_score(*args):
@@ -133,3 +134,20 @@ def test_an_out_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_p
     assert done.stderr.strip().splitlines() == [f"bert-squad score: error: {out}: cannot be written ({reason})"]
     assert list(out_dir.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == [
         "eval.json", "out", "pred.json"]
+
+
+@pytest.mark.parametrize("lang", XQUAD_LANGS)
+@pytest.mark.oracle
+def test_lang_scores_equal_mlqa_official(tmp_path, lang):
+    """`score --lang` prints what MLQA's official script prints for that language, on XQuAD's file of it."""
+    eval_file = shared_xquad(lang)
+    preds, _ = random_predictions(json.loads(eval_file.read_text()), seed=5)
+    pred_file = write(tmp_path / "pred.json", preds)
+    theirs = subprocess.run([PYTHON, str(mlqa_oracle()), str(eval_file), str(pred_file), lang],
+                            capture_output=True, text=True, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr
+    ours = run_score("--eval-file", eval_file, "--predictions", pred_file, "--lang", lang)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.splitlines()[-1] == json.dumps(json.loads(theirs.stdout))
+    squad_rules = run_score("--eval-file", eval_file, "--predictions", pred_file)
+    assert squad_rules.stdout.splitlines()[-1] != ours.stdout.splitlines()[-1]  # the language's rules mattered

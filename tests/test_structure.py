@@ -16,11 +16,11 @@ LAYERS = [
     {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands"},
     {"files", "metrics", "distributed", "runtime", "model", "cluster.edf"},  # files, scores, ranks, loading
     {"cache"},  # the cache layout
-    {"config", "features", "checkpoint"},  # typed options; things the run is made of
+    {"config", "features", "checkpoint", "best"},  # typed options; things the run is made of
     {"data", "dsconfig"},
     {"report"},
     {"evaluate", "download", "score", "export", "resume", "cluster.summarize"},
-    {"train", "answer", "cluster.launch"},  # commands
+    {"train", "answer", "predict", "cluster.launch"},  # commands
     {"bert_squad_test", "cluster.sweep"},  # commands built on commands
     {"cli"},  # the entry
     {"__main__"},  # python -m bert_squad

@@ -11,13 +11,25 @@ what decides whether answer offsets come out right:
   <s> A </s></s> B </s>;
 - modernbert: byte-level BPE (NFC, no prefix space, offsets trimmed), [CLS] A [SEP] B [SEP], no
   token_type_ids;
-- deberta-v3: SentencePiece-style Unigram with Metaspace ("▁", prepended always), NFKC, [CLS] A [SEP] B [SEP].
+- deberta-v3: SentencePiece-style Unigram with Metaspace ("▁", prepended always), NFKC, [CLS] A [SEP] B [SEP];
+- xlm-roberta: the same Unigram pipeline, <s> A </s></s> B </s> (type ids all 0), RoBERTa's positions;
+- mdeberta-v3: deberta-v3's. The two multilingual families' tokenizers also learn a sentence in each other
+  language MLQA scores.
 """
 
 import json
 from pathlib import Path
 
-FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert")
+FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert", "xlm-roberta", "mdeberta-v3")
+# A few sentences in the other languages MLQA scores, written for these tests, for the multilingual tokenizers.
+OTHER_LANGUAGES = [
+    "Ada Novak wurde 1834 in Lugano geboren und studierte Physik an der Universität.",
+    "Ada Novak nació en Lugano en 1834 y estudió física en la universidad.",
+    "ولدت آدا نوفاك في لوغانو عام 1834 ودرست الفيزياء في الجامعة.",
+    "阿达·诺瓦克于1834年出生在卢加诺，并在大学学习物理。",
+    "Ada Novak sinh năm 1834 tại Lugano và học vật lý ở trường đại học.",
+    "एडा नोवाक का जन्म 1834 में लुगानो में हुआ था और उन्होंने विश्वविद्यालय में भौतिकी पढ़ी।",
+]
 VOCAB_SIZE = 1000
 HIDDEN, LAYERS, HEADS = 32, 2, 2
 
@@ -94,23 +106,41 @@ def _modernbert(texts):
                      mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
 
 
-def _unigram(texts):
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def _unigram(texts, specials, unk):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.Sequence([
         normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(texts, trainers.UnigramTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=specials, unk_token="[UNK]"))
+    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials,
+                                                           unk_token=unk))
+    return tok
+
+
+def _deberta_v3(texts):
+    from tokenizers import processors
+
+    tok = _unigram(texts, ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"], "[UNK]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
                      mask_token="[MASK]", do_lower_case=False, split_by_punct=False)
+
+
+def _xlm_roberta(texts):
+    """xlm-roberta-base's pipeline: SentencePiece Unigram, <s> A </s></s> B </s> with type ids all 0."""
+    from tokenizers import processors
+
+    tok = _unigram(texts, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<unk>")
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)])
+    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>", cls_token="<s>",
+                     pad_token="<pad>", mask_token="<mask>")
 
 
 # family -> (tokenizer builder, transformers tokenizer class, model config class, QA model class)
@@ -120,8 +150,11 @@ _SPECS = {
     "electra": (_wordpiece, "ElectraTokenizerFast", "ElectraConfig", "ElectraForQuestionAnswering"),
     "roberta": (_roberta, "RobertaTokenizerFast", "RobertaConfig", "RobertaForQuestionAnswering"),
     "modernbert": (_modernbert, "PreTrainedTokenizerFast", "ModernBertConfig", "ModernBertForQuestionAnswering"),
-    "deberta-v3": (_unigram, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
+    "deberta-v3": (_deberta_v3, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
+    "xlm-roberta": (_xlm_roberta, "XLMRobertaTokenizerFast", "XLMRobertaConfig", "XLMRobertaForQuestionAnswering"),
+    "mdeberta-v3": (_deberta_v3, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
 }
+MULTILINGUAL = ("xlm-roberta", "mdeberta-v3")  # their tokenizers also learn the texts below
 
 
 def _config_kwargs(family, tokenizer):
@@ -137,10 +170,10 @@ def _config_kwargs(family, tokenizer):
         return dict(bert_like, max_position_embeddings=512)
     if family == "electra":
         return dict(bert_like, embedding_size=HIDDEN, max_position_embeddings=512)
-    if family == "roberta":  # positions start after the padding index, as in roberta-base
+    if family in ("roberta", "xlm-roberta"):  # positions start after the padding index, as in roberta-base
         return dict(bert_like, max_position_embeddings=514, type_vocab_size=1,
                     bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
-    if family == "deberta-v3":  # deberta-v3-base's attention settings, scaled down
+    if family in ("deberta-v3", "mdeberta-v3"):  # deberta-v3-base's attention settings, scaled down
         return dict(bert_like, max_position_embeddings=512, relative_attention=True, position_buckets=256,
                     norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
                     position_biased_input=False, max_relative_positions=-1, type_vocab_size=0)
@@ -159,7 +192,7 @@ def build_tiny_model(family, out_dir, seed=0):
     if family not in _SPECS:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
     build_tok, tok_cls, config_cls, model_cls = _SPECS[family]
-    backend, kwargs = build_tok(sample_texts())
+    backend, kwargs = build_tok(sample_texts() + (OTHER_LANGUAGES if family in MULTILINGUAL else []))
     tokenizer = getattr(transformers, tok_cls)(tokenizer_object=backend, **kwargs)
     tokenizer.model_max_length = 512
     out_dir = Path(out_dir)
