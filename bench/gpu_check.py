@@ -88,7 +88,8 @@ class Check:
 
     def save(self):
         self.result["seconds"] = round(time.monotonic() - self.started, 1)
-        for name, text in (("gpu_check.json", json.dumps(self.result, indent=2)), ("gpu_check.md", markdown(self.result))):
+        files = {"gpu_check.json": json.dumps(self.result, indent=2), "gpu_check.md": markdown(self.result)}
+        for name, text in files.items():
             tmp = self.out / f".{name}.tmp"
             tmp.write_text(text + "\n")
             tmp.replace(self.out / name)
@@ -116,7 +117,8 @@ def install(check, kit, site):
         check.result["versions"] = json.loads(text.strip().splitlines()[-1])
     status = "failed" if unmet or code else "ok" if wheels else "skipped"
     check.record("install", status, wheels=len(wheels), unmet=unmet,
-                 why=last_line(text) if code else None if wheels else f"no wheels in {kit}: this environment is used")
+                 why=last_line(text) if code else None if wheels else f"no wheels in {kit}: this environment is used",
+                 summary=f"{len(wheels)} wheels from {kit}")
 
 
 def train(check, name, args, fixed=False, extra=(), log_every=None, env=None):
@@ -181,14 +183,15 @@ def markdown(result):
              f"{result.get('seconds', 0):.0f} s", "",
              ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets")
                        if k in v) or "versions unknown: the install section failed", "",
-             "| run | batching | precision | batch | samples/s | tokens/s | TFLOP/s/device | MFU | peak memory GiB | status |",
+             "| run | batching | precision | batch | samples/s | tokens/s | TFLOP/s/device | MFU | peak memory GiB "
+             "| status |",
              "| --- | --- | --- | --: | --: | --: | --: | --: | --: | --- |"]
     for r in result["rows"]:
         if r["status"] == "ok":
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
             lines.append(f"| {r['run']} | {r['batching']} | {r['precision']} | {r['batch']} | "
-                         f"{r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | "
-                         f"{mfu} | {r['peak_memory_gib']:.2f} | ok |")
+                         f"{r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | "
+                         f"{r['tflops_per_device']:.2f} | {mfu} | {r['peak_memory_gib']:.2f} | ok |")
         else:
             lines.append(f"| {r['run']} | {r['batching']} | | | | | | | | {r['status']}: {r['why']} |")
     lines.append("")
@@ -197,7 +200,7 @@ def markdown(result):
             s = dict(s, why=f"fp32 on {s['devices']['device']} against {s['devices']['cpu']}, {s['steps']} steps: "
                             f"largest relative loss difference {s['max_relative_difference']:.1e} "
                             f"(tolerance {s['tolerance']:g})")
-        detail = s.get("why") or s.get("summary") or "; ".join(s.get("unmet") or []) or ""
+        detail = s.get("why") or "; ".join(s.get("unmet") or []) or s.get("summary") or ""
         lines.append(f"- {name}: {s['status']}" + (f" ({detail})" if detail else ""))
     return "\n".join(lines)
 
@@ -221,8 +224,9 @@ def main():
         base = argparse.Namespace(model=throughput.random_bert_base(tokenizer, work / "model", **shape["model"]),
                                   train_file=SAMPLE, deepspeed_config="ds_fp32", max_seq_length=seq,
                                   steps=shape["steps"], cache_dir=work / "cache")
-        measure(check, "throughput", [(c, c, False, ()) for c in CONFIGS]
-                + [(f"ds_bf16-fixed-{seq}", "ds_bf16", True, ())], base)
+        rows = [(c, c, False, ()) for c in CONFIGS]  # bf16 and its fixed-padding twin first: the goal's figures
+        rows.insert(1 + CONFIGS.index("ds_bf16"), (f"ds_bf16-fixed-{seq}", "ds_bf16", True, ()))
+        measure(check, "throughput", rows, base)
         small = throughput.random_bert_base(tokenizer, work / "small", **shape["small"], **NO_DROPOUT)
         correctness(check, argparse.Namespace(**{**vars(base), "model": small, "steps": shape["loss_steps"]}))
         gpu_tests(check)

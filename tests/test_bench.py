@@ -120,7 +120,8 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     sections = result["sections"]
-    assert result["mode"] == "tiny" and sections["install"] == dict(status="ok", wheels=1, unmet=[], why=None)
+    install = sections["install"]
+    assert result["mode"] == "tiny" and (install["status"], install["wheels"], install["unmet"]) == ("ok", 1, [])
     assert "gpu-check-" in result["versions"]["bert_squad_from"]  # the kit's copy, not the checkout
     rows = {row["run"]: row for row in result["rows"]}
     configs = sorted(p.stem for p in (ROOT / "bert_squad" / "configs").glob("*.json"))
@@ -137,4 +138,5 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     assert sections["compile"]["status"] == "skipped" and sections["throughput"]["status"] == "ok"
     table = (out / "gpu_check.md").read_text()
     assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
-    assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= {p.name for p in (out / "logs").iterdir()}
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= logs
