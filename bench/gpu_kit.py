@@ -6,7 +6,7 @@ they resolve there: what `make gpu-kit` runs.
     python bench/gpu_kit.py --check gpu-kit     # check a kit
 
 Which wheels: the project's requirements, followed through this environment's installed metadata, less
-what the host has (bench/gpu_host.txt). Each is pinned to the version installed here, the one the test
+what the host has (bench/gpu_host.txt) but for CARRY. Each is pinned to the version installed here, the one the test
 suite ran against, and fetched as PyPI's wheel for the host's platform; a package that publishes only an
 sdist (DeepSpeed, python-hostlist) is built here into a pure-Python wheel (DeepSpeed with DS_BUILD_OPS=0:
 no compiled ops, which the shipped configs do not use). The project's own wheel comes last, and beside the
@@ -43,6 +43,10 @@ PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation
               for a in ("--platform", p)]]
 MAX_MIB = 64
 TOKENIZER = "tokenizer"  # a folder of the kit beside the wheels
+# Small pure-Python packages the host has in a version nobody read, carried anyway (the kit's folder comes
+# first on the path) where the kit's wheels bound them tightly: datasets caps fsspec (a newer host copy
+# fails its requirement), pydantic-core imports what typing_extensions gained lately (Sentinel).
+CARRY = {"fsspec", "typing-extensions"}
 
 
 def norm(name):
@@ -87,7 +91,7 @@ def kit_packages(host):
     needed, todo = {}, [Requirement(PROJECT)]
     while todo:
         req = todo.pop()
-        if norm(req.name) in host or norm(req.name) in needed:
+        if (norm(req.name) in host and norm(req.name) not in CARRY) or norm(req.name) in needed:
             continue
         try:
             version = md.version(req.name)
