@@ -19,7 +19,7 @@ CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/b
 # Enroot and Pyxis built from third_party/ (tests/test_pyxis.py), one build per machine, outside the checkout.
 PYXIS_PREFIX ?= $(or $(BERT_SQUAD_PYXIS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/pyxis)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis slurm-renders minilm-dir clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis slurm-renders minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
@@ -101,6 +101,11 @@ slurm-renders: $(STAMP)
 # Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in docs/performance.md).
 minilm-dir: $(STAMP)
 	@echo "$(MINILM)"
+
+# The wheels an offline GPU host (CPython 3.12, torch and transformers of its own) lacks, DeepSpeed built here,
+# the project's own last; checked to resolve there. Carried to the host for bench/gpu_check.py (docs/performance.md).
+gpu-kit: $(STAMP)
+	$(PY) bench/gpu_kit.py --out gpu-kit
 
 clean:
 	rm -rf runs cache .pytest_cache .venv-compat

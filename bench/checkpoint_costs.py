@@ -57,7 +57,7 @@ def size(path):
 
 
 def measure(path, name):
-    from bert_squad import checkpoint, universal
+    from bert_squad import checkpoint, resume
 
     seconds = json.loads((path / checkpoint.MARKER).read_text())["seconds"]
     row = {"config": name, "checkpoint_mb": size(path) / 2**20, "write_s": seconds["write"],
@@ -67,9 +67,9 @@ def measure(path, name):
     row["crc_only_s"] = time.perf_counter() - t0
     if checkpoint.layout(path).sharded:
         t0 = time.perf_counter()
-        universal.convert_once(path)
+        resume.convert_once(path)
         row["convert_s"] = time.perf_counter() - t0
-        row["universal_mb"] = size(path / universal.DIR) / 2**20
+        row["universal_mb"] = size(path / resume.DIR) / 2**20
     return row
 
 

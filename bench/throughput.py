@@ -21,12 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def random_bert_base(tokenizer_dir, out_dir):
-    """BERT-base architecture with random weights (the hub is out of reach; fine for throughput)."""
+def random_bert_base(tokenizer_dir, out_dir, **shape):
+    """BERT-base architecture with random weights (the hub is out of reach; fine for throughput); `shape`
+    overrides BertConfig fields (a smaller model, no dropout)."""
     from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    BertForQuestionAnswering(BertConfig(vocab_size=tok.vocab_size)).save_pretrained(out_dir)
+    BertForQuestionAnswering(BertConfig(vocab_size=tok.vocab_size, **shape)).save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     return out_dir
 
@@ -40,14 +41,18 @@ def minilm_dir():
     return os.path.join(os.path.dirname(spec.origin), "model")
 
 
+def command(args, out, fixed, log_every=None):
+    """One variant's training run: --steps optimizer steps, the last log line over the second half."""
+    cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", str(args.train_file),
+           "--deepspeed_config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
+           "--max-steps", str(args.steps), "--log-every", str(log_every or args.steps // 2), "--no-eval",
+           "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
+    return cmd + ["--pad-to-max-length"] if fixed else cmd
+
+
 def run(args, work, fixed):
     out = work / ("fixed" if fixed else "grouped")
-    cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", args.train_file,
-           "--deepspeed_config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
-           "--max-steps", str(args.steps), "--log-every", str(args.steps // 2), "--no-eval",
-           "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
-    if fixed:
-        cmd.append("--pad-to-max-length")
+    cmd = command(args, out, fixed)
     print("$", " ".join(cmd), flush=True)
     if subprocess.run(cmd, cwd=ROOT).returncode != 0:
         sys.exit(f"throughput: the {out.name} run failed; its error is above")

@@ -8,6 +8,7 @@ wrong interface on many clusters).
 import contextlib
 import os
 import socket
+import time
 import zlib
 from dataclasses import dataclass
 from datetime import timedelta
@@ -234,6 +235,7 @@ def backend():
 
 
 def _reduce(values, op):
+    """One small all-reduce, read back on the host: a host sync (it waits for the kernels queued before it)."""
     t = torch.tensor(values, dtype=torch.float64)
     if td.get_backend() == "nccl":
         t = t.cuda()
@@ -248,8 +250,36 @@ def all_sum(values):
     return _reduce(values, td.ReduceOp.SUM)
 
 
-def any_rank(flag):
-    """True on every rank when any rank says True: how ranks agree to stop at the same step."""
+def all_max(values):
+    """Element-wise maximum of a list of numbers over all ranks."""
     if not is_initialized():
-        return bool(flag)
-    return _reduce([1.0 if flag else 0.0], td.ReduceOp.MAX)[0] > 0
+        return list(values)
+    return _reduce(values, td.ReduceOp.MAX)
+
+
+# How far apart in training time the ranks look for a stop request: Slurm's end-of-job warning comes 300 s
+# before the limit (--signal=B:USR1@300), and the checkpoint that follows must fit in what is left.
+STOP_CHECK_SECONDS = 10.0
+
+
+class StopCheck:
+    """How ranks agree to stop at the same step without a collective after every step.
+
+    Ranks look only at steps every rank knows alike: the ones the caller names (the log steps, where the
+    host waits anyway), the first one, and in between the step about STOP_CHECK_SECONDS on at the slowest
+    rank's pace since the last look. That pace is part of the look's own all-reduce (a maximum over ranks),
+    so every rank schedules the same next step from the same number."""
+
+    def __init__(self, step, seconds=STOP_CHECK_SECONDS):
+        self.seconds, self.last_step, self.next_step = seconds, step, step + 1
+        self.since = time.perf_counter()
+
+    def stopping(self, step, requested, look=False):
+        """True on every rank, at the same step, once any rank's `requested` was seen at a look."""
+        if not (look or step >= self.next_step):
+            return False
+        now = time.perf_counter()
+        flag, pace = all_max([1.0 if requested else 0.0, (now - self.since) / max(step - self.last_step, 1)])
+        self.since, self.last_step = now, step
+        self.next_step = step + max(1, int(self.seconds / max(pace, 1e-6)))
+        return flag > 0

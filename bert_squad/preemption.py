@@ -1,6 +1,7 @@
 """Stopping on request: Slurm's end-of-job warning (SIGUSR1) or preemption and scancel (SIGTERM).
 
-The handler only records the signal; the training loop asks every rank at each step, so all ranks
+The handler only records the signal; the training loop asks every rank at steps all ranks know alike
+(`distributed.StopCheck`: the log steps, and about every 10 s of training between), so all ranks
 stop at the same step, save one checkpoint and exit with EXIT_STOPPED. The handlers are this module's only
 while a `StopRequest` is entered: on the way out the previous ones are back.
 """

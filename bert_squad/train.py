@@ -197,9 +197,13 @@ def optimizer_steps(run):
 
 
 def loop(run):
-    """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
+    """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint.
+
+    The host waits for the device only at the log and stop-check steps, and where DeepSpeed's step reads a
+    value back (the gradient norm it clips by; under fp16 the loss scaler's overflow flag)."""
     engine, progress, total, device = run.engine, run.progress, run.work.total_steps, run.device
     train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
+    stop_check = distributed.StopCheck(progress.step)
     with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
@@ -208,8 +212,9 @@ def loop(run):
                 engine.backward(loss)
                 engine.step()
                 run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
-            # log: the only host sync, every --log-every steps
-            if progress.step % train.log_every == 0 or progress.step == total:
+            # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)
+            logged = progress.step % train.log_every == 0 or progress.step == total
+            if logged:
                 run.last_rates = run.meter.log_rates(distributed.all_sum)
                 shown.log(report.rates_line(progress.step, total, engine.get_lr()[0], run.last_rates, device))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
@@ -219,8 +224,10 @@ def loop(run):
                 if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
                     report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
                     break
-            # checkpoint every --checkpoint-every steps, and at the step where any rank was asked to stop
-            stopping = distributed.any_rank(stop.requested)
+            # stop check: ranks look at the log steps and about every 10 s between, the same steps on every rank
+            # (StopCheck), so a signal stops all at one step with no collective after every step
+            stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
+            # checkpoint every --checkpoint-every steps, and at the step where the ranks agreed to stop
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
                 checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
                                 run.inputs.stamp, extra=run.best_so_far and run.best_so_far.save)

@@ -96,3 +96,60 @@ def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model,
     rates = result["questions_per_second"]
     assert result["speedup"]["3"] == pytest.approx(rates["3"] / rates["1"])
     assert "  3 workers: " in r.stdout
+
+
+def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
+    """`make gpu-kit` (needs PyPI): the wheels an offline CPython 3.12 host with its own torch and transformers
+    lacks, DeepSpeed built into a pure-Python wheel, the project's own; without one of them it cannot resolve."""
+    kit = tmp_path / "gpu-kit"
+    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    wheels = {w.name.split("-")[0]: w.name for w in kit.glob("*.whl")}
+    assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core"} <= wheels.keys(), wheels
+    assert not {"torch", "transformers", "numpy", "tokenizers"} & wheels.keys(), wheels
+    assert wheels["deepspeed"].endswith("-py3-none-any.whl") and "cp312" in wheels["pydantic_core"]
+    assert (kit / "tokenizer" / "tokenizer.json").exists()
+    assert sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) < 64 * 2**20
+    assert "--no-index" in r.stdout and "resolves for CPython 3.12" in r.stdout
+    assert "torch==2.11.0  (host)" in r.stdout and "deepspeed==" in r.stdout
+    (kit / wheels["datasets"]).unlink()
+    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode != 0 and "the kit does not resolve for the host" in r.stderr and "datasets" in r.stderr
+
+
+@pytest.mark.cpu
+def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
+    """bench/gpu_check.py end to end on a CPU with tiny shapes, from a kit of the project's wheel alone (built
+    offline): installed and imported from the kit's folder, a row per shipped config (fp16 ones refused here
+    with the project's reason), fixed padding, the fp32 losses of two runs compared, the gpu tier run."""
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    built = subprocess.run([PYTHON, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", kit, ROOT],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    sections = result["sections"]
+    install = sections["install"]
+    assert result["mode"] == "tiny" and (install["status"], install["wheels"], install["unmet"]) == ("ok", 1, [])
+    assert "gpu-check-" in result["versions"]["bert_squad_from"]  # the kit's copy, not the checkout
+    rows = {row["run"]: row for row in result["rows"]}
+    configs = sorted(p.stem for p in (ROOT / "bert_squad" / "configs").glob("*.json"))
+    assert set(rows) == {*configs, "ds_bf16-fixed-128"}
+    for name in ("ds_fp32", "ds_bf16", "ds_bf16-fixed-128"):
+        assert rows[name]["status"] == "ok" and rows[name]["samples_per_second"] > 0, rows[name]
+    assert rows["ds_bf16-fixed-128"]["batching"] == "fixed 128" and rows["ds_bf16"]["batching"] == "project"
+    assert all(rows[c]["status"] == "skipped" and "fp16.enabled needs a GPU" in rows[c]["why"]
+               for c in ("ds_fp16", "ds_zero2", "ds_zero3"))
+    loss = sections["correctness"]
+    assert loss["status"] == "ok" and loss["devices"] == {"device": "cpu", "cpu": "cpu"}
+    assert len(loss["losses"]["device"]) == loss["steps"] == 4 and loss["max_relative_difference"] <= loss["tolerance"]
+    assert sections["gpu tests"]["status"] == "skipped" and sections["gpu tests"]["counts"]["skipped"] >= 1
+    assert sections["compile"]["status"] == "skipped" and sections["throughput"]["status"] == "ok"
+    table = (out / "gpu_check.md").read_text()
+    assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= logs
