@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bert_squad import config, outputs
+from bert_squad.preemption import EXIT_STOPPED
 from bert_squad.errors import UserError
 from bert_squad.files import read_json, write_text_atomic
 
@@ -34,7 +35,7 @@ def run_status(run_dir):
     code_file = run_dir / EXIT_CODE_FILE
     if code_file.exists():
         code = code_file.read_text().strip()
-        return ("stopped (checkpointed, resumes)" if code == "75" else f"failed (exit {code})"), None
+        return ("stopped (checkpointed, resumes)" if code == str(EXIT_STOPPED) else f"failed (exit {code})"), None
     return "not finished", None
 
 
