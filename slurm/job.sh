@@ -77,7 +77,7 @@ cd "$BERT_SQUAD_REPO"
 
 export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # What the ranks must see in a container even where its image sets its own (pyxis: --container-env; ce: the
-# EDF's [env]; the other runtimes pass the environment through).
+# EDF's [env] sets the offline switches; the other runtimes pass the environment through).
 CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE)
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} PYTHONUNBUFFERED=1
 # The variable each rank narrows to its own GPU: none in a job without GPUs.
@@ -170,11 +170,17 @@ case "$RUNTIME" in
 esac
 # <<< 2.
 
-# Fail here, in seconds, rather than in every rank after the containers started: the package itself
-# says whether the run's model and dataset are in the cache (one definition of its layout).
-# With ce and pyxis the container comes with a job step, on the batch shell's node.
+# What runs once, before the ranks: in the image (ce and pyxis: a job step on the batch shell's node).
 ONCE=("${RUN[@]}")
 [ "${#CONTAINER[@]}" = 0 ] || ONCE=(srun --ntasks=1 --nodes=1 "${CONTAINER[@]}")
+# `sbatch <site script> download --model ...`: fill the cache from inside the image, once, then stop
+# (`download` goes online for itself, whatever the image says about offline mode).
+if [ "${TRAIN_ARGS[0]:-}" = download ]; then
+  exec "${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"' bert-squad "${TRAIN_ARGS[@]}"
+fi
+
+# Fail here, in seconds, rather than in every rank after the containers started: the package itself
+# says whether the run's model and dataset are in the cache (one definition of its layout).
 # Its error line alone, without the launcher's own ("srun: error: ... Exited with exit code 2").
 # shellcheck disable=SC2016  # expanded inside the container
 if ! out=$("${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad check-cache "$@" >/dev/null' \

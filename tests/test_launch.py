@@ -15,7 +15,7 @@ from bert_squad import cache, cli, preemption
 from bert_squad.cluster import launch
 from ce_srun import expanded, problems
 from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
-from slurm_jobs import finished, sbatch_lines, stored_script, submitting_env
+from slurm_jobs import finished, stored_script, submitting_env
 
 SITES = ("daint", "lumi", "generic")
 JOB_SH = ROOT / "slurm" / "job.sh"
@@ -74,10 +74,9 @@ def test_daint_edfs_are_toml_with_the_reference_keys(name, tmp_path):
     the plain NGC one: that hook (resource-hook.md). Both: CSCS's PyTorch settings (ml/pytorch.md)."""
     doc = tomllib.loads((ROOT / "slurm" / name).read_text())
     assert problems(doc) == []
-    env = {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r", "HF_HOME": "/s/hf"}
-    doc = expanded(doc, env)
+    doc = expanded(doc, {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r"})
     assert doc["image"] == "/i.sqsh" and doc["workdir"] == "/r" and doc["mounts"] == ["/s:/s", "/r:/r"]
-    assert doc["env"]["HF_HOME"] == "/s/hf" and doc["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert doc["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert all(doc["env"][v] == "1" for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
     hooks = doc["annotations"]["com"]["hooks"]
     if name == "daint.toml":
