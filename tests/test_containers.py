@@ -113,8 +113,12 @@ def test_site_images_are_the_documented_ones():
     daint, lumi = ((ROOT / "slurm" / f"{site}.sbatch").read_text() for site in ("daint", "lumi"))
     readme = (CONTAINERS / "README.md").read_text()
     # Daint: the CE image that `enroot import` writes where the job looks ($BERT_SQUAD_WORK = $SCRATCH/bert-squad).
-    assert "BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-$BERT_SQUAD_WORK/bert-squad-cuda.sqsh}" in daint
-    assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-cuda.sqsh podman://bert-squad:cuda" in readme
+    assert "BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-$BERT_SQUAD_WORK/bert-squad-alps.sqsh}" in daint
+    assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-alps.sqsh podman://bert-squad:alps" in readme
+    # ... built on CSCS's Alps Extended Image, as the Dockerfile's header documents it.
+    alps = re.search(r"^#\s+podman build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:alps \.$",
+                     DOCKERFILE.read_text(), re.M).group(1)
+    assert alps.startswith("jfrog.svc.cscs.ch/docker-group-csstaff/alps-images/ngc-pytorch:") and alps in readme
     # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
     assert re.search(r"sarus load \S+ bert-squad:cuda", readme) and "load/library/bert-squad:cuda" in readme
     # LUMI: LUMI AI Factory's image, the package in a venv squashed to where the site's bind expects it.

@@ -17,7 +17,7 @@ from ce_srun import expanded, problems
 from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
 from slurm_jobs import finished, stored_script, submitting_env
 
-SITES = ("daint", "lumi", "generic")
+SITES = ("daint", "daint-uenv", "lumi", "generic")
 JOB_SH = ROOT / "slurm" / "job.sh"
 
 
@@ -40,7 +40,7 @@ def test_site_scripts_are_short_and_hand_over_to_the_shared_part(site):
     assert len(lines) <= 60, f"slurm/{site}.sbatch has {len(lines)} lines"
     assert lines[-1] == 'source "${BERT_SQUAD_REPO:-$SLURM_SUBMIT_DIR}/slurm/job.sh"'
     # Daint's and LUMI's settings name the documentation (and its commit) they come from.
-    cited = {"daint": ["cscs-docs 80abed1"], "lumi": ["lumi-userguide 6c3a26c", "LUMI-AI-Guide a7e3387"]}
+    cited = {"daint": ["cscs-docs 80abed1"], "daint-uenv": ["cscs-docs 80abed1"], "lumi": ["lumi-userguide 6c3a26c", "LUMI-AI-Guide a7e3387"]}
     assert all(source in "\n".join(lines) for source in cited.get(site, []))
 
 
@@ -187,6 +187,15 @@ def test_a_requeue_switch_that_is_no_switch_is_refused_by_the_job(tmp_path):
         "bert-squad: error: BERT_SQUAD_REQUEUE=yes: use 1 (requeue after a checkpointed stop) or 0"], proc.stderr
 
 
+def test_the_uenv_job_without_its_uenv_is_one_line(tmp_path):
+    """slurm/daint-uenv.sbatch runs the ranks natively in CSCS's PyTorch uenv, which its #SBATCH --uenv mounts."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(ROOT / "slurm" / "daint-uenv.sbatch")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "bert-squad: error: no uenv at /user-environment: add #SBATCH --uenv=<image>:/user-environment and --view"]
+
+
 def fake_sbatch(tmp_path, monkeypatch):
     """sbatch as a script that keeps what it was given; PATH keeps bash, od and unsquashfs."""
     fake = tmp_path / "bin" / "sbatch"
@@ -210,7 +219,7 @@ def daint_inputs(tmp_path, monkeypatch, image_from="/bin"):
     if image_from == "aarch64":
         env[18:20] = (183).to_bytes(2, "little")  # e_machine EM_AARCH64
     (root / "env").write_bytes(bytes(env))
-    image = scratch / "bert-squad" / "bert-squad-cuda.sqsh"
+    image = scratch / "bert-squad" / "bert-squad-alps.sqsh"
     subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet", "-no-progress"],
                    check=True, capture_output=True, timeout=120)
     monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(scratch))
