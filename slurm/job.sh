@@ -25,7 +25,9 @@ LAUNCHER=${BERT_SQUAD_LAUNCHER:-srun}
 REQUEUE=${BERT_SQUAD_REQUEUE:-0}
 case "$REQUEUE" in 0|1) ;; *) die "BERT_SQUAD_REQUEUE=$REQUEUE: use 1 (requeue after a checkpointed stop) or 0" ;; esac
 export BERT_SQUAD_SCRATCH=${BERT_SQUAD_SCRATCH:?the site script sets it} BERT_SQUAD_WORK=${BERT_SQUAD_WORK:?the site script sets it}
-export BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-} IMAGE=${BERT_SQUAD_IMAGE:-}
+# (Exported: an EDF names the image and the scratch as ${BERT_SQUAD_IMAGE} and ${BERT_SQUAD_SCRATCH}.)
+export BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-}
+IMAGE=$BERT_SQUAD_IMAGE
 # Compute nodes are offline: everything comes from the cache that `bert-squad download` filled.
 export BERT_SQUAD_CACHE=${BERT_SQUAD_CACHE:-$BERT_SQUAD_WORK/cache}
 # Bind the scratch, the checkout and the cache, each once (a path under another is already visible), as

@@ -1,4 +1,4 @@
-"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, rendering, and a real array job."""
+"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, the sbatch command, and a real array job."""
 
 import csv
 import json
