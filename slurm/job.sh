@@ -1,8 +1,9 @@
 #!/bin/bash
 # The shared part of every bert-squad job. slurm/<site>.sbatch holds a site's #SBATCH lines and environment and
-# ends by sourcing this file, which then: checks the inputs (1), checks the cache inside the image (2), builds
-# each rank's command (3), and runs it with the end-of-job signal forwarded and a requeue after a checkpointed
-# stop (4). Each container runtime's launch is one branch of the `case "$RUNTIME"` in part 2.
+# ends by sourcing this file, which then: checks the inputs (1), sets up the container runtime and checks the
+# cache inside the image (2), builds each rank's command (3), and runs it with the end-of-job signal forwarded
+# and a requeue after a checkpointed stop (4). Each container runtime's launch is one branch of the marked
+# `case "$RUNTIME"` in part 2.
 # The knobs, from the site script or the environment at sbatch time (sbatch passes it all to the job):
 #   BERT_SQUAD_RUNTIME   ce | pyxis | sarus | singularity | apptainer | charliecloud | uenv | none
 #   BERT_SQUAD_IMAGE     the image (a SquashFS or .sif file, or a registry reference for ce and pyxis)
@@ -15,7 +16,7 @@
 # Training arguments: the script's own arguments (sbatch <script> ARGS...), else the site's DEFAULT_ARGS.
 set -euo pipefail
 
-# >>> inputs: `bert-squad launch --submit` runs the site script up to here on the submit host too
+# 1. Inputs. `bert-squad launch --submit` runs the site script to the end of this part on the submit host too
 # (BERT_SQUAD_CHECK_ONLY=1), so what it refuses is refused before sbatch, by the same lines.
 die() { echo "bert-squad: error: $*" >&2; exit 2; }
 # sbatch runs a spooled copy of the site script, so the checkout is found from the submit directory.
@@ -70,7 +71,6 @@ check_image_arch() {
   case "$machine" in 183) found=aarch64 ;; 62) found=x86_64 ;; *) return 0 ;; esac
   [ "$found" = "$arch" ] || die "image $IMAGE is built for $found, the nodes run $arch: build it on (or for) $arch (containers/README.md)"
 }
-# <<< inputs
 check_inputs
 [ "${BERT_SQUAD_CHECK_ONLY:-0}" = 0 ] || exit 0
 cd "$BERT_SQUAD_REPO"
@@ -109,7 +109,8 @@ if [ -n "${BERT_SQUAD_SWEEP_DIR:-}" ]; then
 fi
 read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 
-# >>> 2. The container runtimes: each wraps every rank's command (RUN), or is options of srun (CONTAINER).
+# 2. The container runtime, then the cache check in its image.
+# >>> each runtime's launch: it wraps every rank's command (RUN), or is options of srun (CONTAINER).
 CONTAINER=()
 case "$RUNTIME" in
   ce)  # CSCS Container Engine: the EDF names the image, mounts and environment.
@@ -170,7 +171,7 @@ case "$RUNTIME" in
   none) RUN=() ;;
   *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use ce, pyxis, sarus, singularity, apptainer, charliecloud, uenv or none" ;;
 esac
-# <<< 2.
+# <<< each runtime's launch
 
 # What runs once, before the ranks: in the image (ce and pyxis: a job step on the batch shell's node).
 ONCE=("${RUN[@]}")
