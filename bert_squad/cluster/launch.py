@@ -63,7 +63,11 @@ class Site:
 
 def repo_dir():
     """The checkout the job runs (the submit directory, or $BERT_SQUAD_REPO): its slurm/ holds the scripts."""
-    return Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd()).resolve()
+    repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
+    if not (repo / "bert_squad" / "__init__.py").is_file():
+        raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
+                        f"the repository root or set BERT_SQUAD_REPO to it")
+    return repo.resolve()
 
 
 def load_site(name):
@@ -72,8 +76,7 @@ def load_site(name):
     script = slurm / f"{name}.sbatch"
     if not re.fullmatch(r"[\w.-]+", name) or not script.is_file():
         sites = ", ".join(sorted(p.stem for p in slurm.glob("*.sbatch"))) or "none"
-        raise UserError(f"--site {name}: no {script} (sites there: {sites}); submit from the repository root "
-                        f"or set BERT_SQUAD_REPO")
+        raise UserError(f"--site {name}: no {script} (sites there: {sites})")
     text = script.read_text()
     sbatch = {k: v or None for k, v in re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", text, re.M)}
     lines = re.search(r"^DEFAULT_ARGS=\((.*?)\)$", text, re.M | re.S)
@@ -192,9 +195,6 @@ def check_job_inputs(submission, train_args):
     its training arguments (a DeepSpeed config, train and eval files) resolve there, and the job's own
     container checks (image, EDF, mount sources, image architecture) pass."""
     repo = repo_dir()
-    if not (repo / "bert_squad" / "__init__.py").is_file():
-        raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
-                        f"the repository root or set BERT_SQUAD_REPO to it")
     check_container_inputs(submission, repo)
     args = training_args(train_args)
     for value in (args.deepspeed_config, args.train_file, args.eval_file):
