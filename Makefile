@@ -19,7 +19,7 @@ CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/b
 # Enroot and Pyxis built from third_party/ (tests/test_pyxis.py), one build per machine, outside the checkout.
 PYXIS_PREFIX ?= $(or $(BERT_SQUAD_PYXIS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/pyxis)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis slurm-renders minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
@@ -93,10 +93,6 @@ test-compat-run:
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"
-
-# slurm/<site>.sbatch are renders of bert_squad/cluster/sites.json + job_template.sh; a test keeps them in step.
-slurm-renders: $(STAMP)
-	for site in daint lumi generic; do $(VENV)/bin/bert-squad launch --site $$site --dry-run > slurm/$$site.sbatch; done
 
 # Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in docs/performance.md).
 minilm-dir: $(STAMP)

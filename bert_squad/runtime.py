@@ -17,7 +17,8 @@ import warnings
 from bert_squad import transport
 from bert_squad.errors import UserError
 
-# Set for every command but `download`: compute nodes are offline, and the libraries must not try.
+# 1 for every command but `download`, 0 for it whatever the environment says (an image sets them to 1):
+# compute nodes are offline, and the libraries must not try; fetching is the one command that goes online.
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 # DeepSpeed warnings every run printed that tell the user nothing.
 DEEPSPEED_NOISE = (
@@ -34,9 +35,9 @@ def _not_noise(record):
 def prepare(*, offline=True, deepspeed=False, debug=False):
     """Set up this process for a command: network (none when `offline`), library verbosity and progress
     bars, warning filters, and DeepSpeed's state when the command starts `deepspeed`."""
-    if offline:
-        os.environ.update(dict.fromkeys(OFFLINE_VARS, "1"))
-    else:  # a login node's hub that does not answer is one line after seconds, not a hang
+    os.environ.update(dict.fromkeys(OFFLINE_VARS, "1" if offline else "0"))
+    _network_for_loaded_libraries(offline)
+    if not offline:  # a login node's hub that does not answer is one line after seconds, not a hang
         os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
         os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
     level = "info" if debug else "warning"
@@ -50,6 +51,15 @@ def prepare(*, offline=True, deepspeed=False, debug=False):
     logging.getLogger("DeepSpeed").addFilter(_not_noise)  # the logger DeepSpeed creates at import, filter kept
     if deepspeed:
         _prepare_deepspeed(debug)
+
+
+def _network_for_loaded_libraries(offline):
+    """The offline switch where a program imported the Hugging Face libraries before: they read it at import."""
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = offline
+    if "datasets" in sys.modules:
+        datasets_config = sys.modules["datasets"].config
+        datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = offline
 
 
 def _quiet_loaded_libraries(level):

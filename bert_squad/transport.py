@@ -4,7 +4,7 @@ On a GPU a rank asks the library, before its process group starts, for its INIT 
 file of the rank's own (`ask`); after the first collective, `report` reads there what came up and puts it
 in the rank's log: "Using network <name>" (NCCL's src/init.cc; RCCL's is the same line), and for the
 libfabric plugin (aws-ofi-nccl, aws-ofi-rccl) the version and the provider it selected. Where the job
-script says the site configures that plugin (BERT_SQUAD_NETWORK=ofi, from sites.json), a rank that finds
+script says the site configures that plugin (BERT_SQUAD_NETWORK=ofi, in slurm/<site>.sbatch), a rank that finds
 the collectives on TCP sockets instead says so as a warning: on Slingshot that is more than an order of
 magnitude slower (CSCS's 2-node all-reduce of 128 MiB: 122.6 GB/s bus bandwidth through the plugin, 5.4
 without the CXI hook; cscs-docs software/communication/nccl.md). A user who sets NCCL_DEBUG keeps the
@@ -22,7 +22,7 @@ from typing import Optional
 # Libfabric" (up to 1.11, or NCCL_NET="AWS Libfabric") or "OFI" (NCCL_NET=OFI): aws-ofi-nccl's
 # src/nccl_ofi_interface_nvidia.cpp. NCCL's own are "Socket" and "IB".
 OFI_NETWORKS = ("Libfabric", "AWS Libfabric", "OFI")
-SITE_NETWORK_VAR = "BERT_SQUAD_NETWORK"  # set by the job script (sites.json "network")
+SITE_NETWORK_VAR = "BERT_SQUAD_NETWORK"  # set by the site job script (slurm/<site>.sbatch)
 
 NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
 NOT_FOUND = re.compile(r"NCCL WARN Error: network (.+?) not found")

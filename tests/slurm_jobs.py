@@ -37,11 +37,6 @@ def job_env(scratch, **extra):
     }
 
 
-def sbatch_lines(script):
-    """A job script's `#SBATCH --option[=value]` lines as a dict."""
-    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M))
-
-
 def submit(cluster, tmp_path, args, env, options=(), script=GENERIC):
     """sbatch `script` (the checked-in generic one by default) from the checkout; (job id, its log's path)."""
     log = tmp_path / "job-%j.out"

@@ -15,7 +15,8 @@ import sys
 # The variables the ranks need from the batch shell and the launcher. The stand-in records them as it
 # sees them; tests/test_charliecloud.py checks the same lists inside a real (Charliecloud) container.
 RANK_ENV = {
-    "job": ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NTASKS", "BERT_SQUAD_REPO", "BERT_SQUAD_WORK",
+    "job": ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NTASKS", "BERT_SQUAD_REPO", "BERT_SQUAD_SCRATCH",
+            "BERT_SQUAD_IMAGE", "BERT_SQUAD_WORK",
             "BERT_SQUAD_CACHE", "BERT_SQUAD_GPU_ENV", "BERT_SQUAD_NETWORK", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
             "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PATH"),
     "mpirun": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),

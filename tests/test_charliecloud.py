@@ -26,7 +26,7 @@ from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 
-TEMPLATE = ROOT / "bert_squad" / "cluster" / "job_template.sh"
+TEMPLATE = ROOT / "slurm" / "job.sh"
 
 
 @pytest.fixture(scope="session")

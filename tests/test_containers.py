@@ -2,7 +2,6 @@
 against the base's torch, and the documented base images and image names agree with the recipes and the site
 settings. (Images are not built here.)"""
 
-import json
 import re
 import shlex
 import subprocess
@@ -111,15 +110,20 @@ def test_apptainer_definition():
 
 
 def test_site_images_are_the_documented_ones():
-    sites = json.loads((ROOT / "bert_squad" / "cluster" / "sites.json").read_text())
+    daint, lumi = ((ROOT / "slurm" / f"{site}.sbatch").read_text() for site in ("daint", "lumi"))
     readme = (CONTAINERS / "README.md").read_text()
     # Daint: the CE image that `enroot import` writes where the job looks ($BERT_SQUAD_WORK = $SCRATCH/bert-squad).
-    assert sites["daint"]["image"] == "$BERT_SQUAD_WORK/bert-squad-cuda.sqsh"
-    assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-cuda.sqsh podman://bert-squad:cuda" in readme
+    assert "BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-$BERT_SQUAD_WORK/bert-squad-alps.sqsh}" in daint
+    assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-alps.sqsh podman://bert-squad:alps" in readme
+    # ... built on CSCS's Alps Extended Image, as the Dockerfile's header documents it.
+    alps = re.search(r"^#\s+podman build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:alps \.$",
+                     DOCKERFILE.read_text(), re.M).group(1)
+    assert alps.startswith("jfrog.svc.cscs.ch/docker-group-csstaff/alps-images/ngc-pytorch:") and alps in readme
     # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
     assert re.search(r"sarus load \S+ bert-squad:cuda", readme) and "load/library/bert-squad:cuda" in readme
     # LUMI: LUMI AI Factory's image, the package in a venv squashed to where the site's bind expects it.
-    assert sites["lumi"]["image"] in readme and sites["lumi"]["image"].startswith("/appl/local/laifs/containers/")
-    assert "$BERT_SQUAD_WORK/bert-squad-env.sqsh:/user-software" in sites["lumi"]["runtime_flags"]
+    image = re.search(r"BERT_SQUAD_IMAGE:-(/appl/local/laifs/containers/\S+\.sif)\}", lumi).group(1)
+    assert image in readme
+    assert "-B $BERT_SQUAD_WORK/bert-squad-env.sqsh:/user-software:image-src=/}" in lumi
     assert "mksquashfs bert-squad-env $BERT_SQUAD_WORK/bert-squad-env.sqsh" in readme
     assert "build bert-squad-rocm.sif" in readme.replace("--build-arg IMAGE=bert-squad:rocm ", "")

@@ -16,14 +16,15 @@ from hub_server import hub
 
 pytestmark = pytest.mark.slow
 
-ONLINE = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+# What the shipped images set (containers/Dockerfile, bert-squad.def): `download` goes online for itself anyway.
+IMAGE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def test_download_only_fills_the_cache_that_offline_runs_read(tiny_model, sample_train, tmp_path):
     cache = tmp_path / "cache"
     with hub({"org/tiny-bert": tiny_model}) as (url, requests):
         r = run_bert_squad("--download-only", "--model", "org/tiny-bert", "--cache-dir", cache,
-                           "--train-file", sample_train, env={**ONLINE, "HF_ENDPOINT": url}, timeout=300)
+                           "--train-file", sample_train, env={**IMAGE_ENV, "HF_ENDPOINT": url}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     snapshot = Path(re.search(r"^model -> (.+)$", r.stdout, re.M).group(1))
     assert snapshot.parent == cache / "hub" / "models--org--tiny-bert" / "snapshots", snapshot
@@ -44,7 +45,7 @@ def test_a_model_the_hub_does_not_have_is_one_line(tiny_model, tmp_path):
     cache = tmp_path / "cache"
     with hub({"org/tiny-bert": tiny_model}) as (url, _):
         r = run_bert_squad("--download-only", "--model", "org/tiny-bret", "--cache-dir", cache, "--train-file", "x.json",
-                           env={**ONLINE, "HF_ENDPOINT": url}, timeout=300)
+                           env={**IMAGE_ENV, "HF_ENDPOINT": url}, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"bert-squad: error: model 'org/tiny-bret' is not on the hub {url} (or not visible without a token): "
         f"check its name"], r.stderr

@@ -59,10 +59,10 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
 
 
 def test_each_rank_binds_its_own_gpu_from_the_visible_list(tiny_model, sample_train, tmp_path):
-    """The job script's rank command (RANK_SH in job_template.sh) narrows CUDA_VISIBLE_DEVICES (ROCm:
+    """The job script's rank command (RANK_SH in slurm/job.sh) narrows CUDA_VISIBLE_DEVICES (ROCm:
     ROCR_VISIBLE_DEVICES) to the rank's own GPU, so each rank sees one device, cuda:0, and NCCL gets one
     GPU per rank. Ranks: one per GPU here, two at most; started by hand as srun would."""
-    template = (ROOT / "bert_squad" / "cluster" / "job_template.sh").read_text()
+    template = (ROOT / "slurm" / "job.sh").read_text()
     rank_sh = re.search(r"^RANK_SH='(.*?)'$", template, re.M | re.S).group(1)
     variable, ranks = _visible_gpus_variable(), min(2, gpu_count())
     visible = os.environ.get(variable) or ",".join(map(str, range(gpu_count())))

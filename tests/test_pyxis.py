@@ -9,22 +9,25 @@ inside the container (test_charliecloud.PROBE): a file only the image has, and t
 """
 
 import json
-import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
-from bert_squad.cluster import edf
-from helpers import ROOT, run_bert_squad, tomllib
-from images import MARKER_TEXT, ch_train_args, interpreter_dirs, probe_env, probes
+from bert_squad.runtime import OFFLINE_VARS as IMAGE_OFFLINE
+from helpers import PYTHON, ROOT, run_bert_squad
+from hub_server import hub
+from images import MARKER_TEXT, cached_image, ch_train_args, interpreter_dirs, probe_env, probes
 from pyxis import pyxis_cluster, pyxis_image  # noqa: F401  (fixtures)
 from slurm_jobs import finished, job_env, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
+DEV = "bert_squad/sample/dev-v1.1.json"
 
 
 def container_flags(model):
@@ -132,37 +135,74 @@ def ce_srun_bin(tmp_path):
     return bin_dir
 
 
-def test_the_daint_job_and_its_edf_run_through_pyxis(pyxis_cluster, pyxis_image, tiny_model, tmp_path):
-    """slurm/daint.sbatch as checked in, on the test node (2 ranks, 1 core each, its 'normal' partition is
-    'debug' here): the EDF it writes is TOML with the reference's keys, and what it asks for (image, mounts,
-    workdir, env), given to Pyxis key by key, trains and evaluates in real containers; --gpus-per-task
-    hands each rank its own GPU."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    out = scratch / "model"
-    env = job_env(scratch, BERT_SQUAD_IMAGE=str(pyxis_image), BERT_SQUAD_RUNTIME_FLAGS=container_flags(tiny_model),
-                  REAL_SRUN=shutil.which("srun"), **probe_env(scratch))
+@pytest.fixture(scope="session")
+def offline_image(tmp_path_factory):
+    """The test image as the shipped ones are (containers/Dockerfile, bert-squad.def): its environment sets the
+    Hugging Face offline switches (Enroot takes an image's environment from its /etc/environment)."""
+    root = tmp_path_factory.mktemp("offline-image") / "root"
+    subprocess.run(["cp", "-al", str(cached_image("mksquashfs")), str(root)], check=True, timeout=600)
+    environment = root / "etc" / "environment"
+    text = environment.read_text() if environment.exists() else ""
+    environment.unlink(missing_ok=True)  # a hard link into the cached image: replaced, not written through
+    environment.write_text(text + "".join(f"{v}=1\n" for v in IMAGE_OFFLINE) + "BERT_SQUAD_IMAGE_ENV=offline\n")
+    image = root.parent / "offline.sqsh"
+    subprocess.run([shutil.which("mksquashfs") or "/usr/sbin/mksquashfs", str(root), str(image), "-noappend", "-quiet",
+                    "-no-progress", "-noI", "-noD", "-noF", "-noX", "-processors", "1"], check=True, timeout=300)
+    return image
+
+
+def daint_env(tmp_path, scratch, image, model):
+    """What a Daint user's shell holds at sbatch time here: the site script's defaults but the image, the
+    CE as tests/ce_srun.py (the EDF as Pyxis flags), this machine's architecture for the image check, and
+    the test's Python and model brought into the container."""
+    env = job_env(scratch, BERT_SQUAD_IMAGE=str(image), BERT_SQUAD_RUNTIME_FLAGS=container_flags(model),
+                  BERT_SQUAD_ARCH=platform.machine(), REAL_SRUN=shutil.which("srun"), **probe_env(scratch))
     del env["BERT_SQUAD_RUNTIME"]  # the site's: ce
     env["PATH"] = f"{ce_srun_bin(tmp_path)}:{env['PATH']}"
-    # The image is this machine's: the script's architecture check (aarch64 on Daint) is told so, one line.
-    script = (ROOT / "slurm" / "daint.sbatch").read_text()
-    here = script.replace('local arch="aarch64"', f'local arch="{platform.machine()}"')
-    assert platform.machine() == "aarch64" or here != script
-    (tmp_path / "daint.sbatch").write_text(here)
-    job, log = submit(pyxis_cluster, tmp_path, tmp_path / "daint.sbatch", ch_train_args(tiny_model, out), env,
-                      ["--partition=debug", "--cpus-per-task=1"])
+    return env
+
+
+def test_the_first_day_on_daint(pyxis_cluster, offline_image, tiny_model, tmp_path):
+    """docs/clusters.md's Daint steps, with slurm/daint.sbatch and slurm/daint.toml as checked in, on the test
+    node ('normal' is 'debug' here; 1 core a rank): `download` inside an image whose environment says offline
+    fills the cache on the scratch from a hub (tests/hub_server.py); 2 ranks train offline from that cache in
+    the EDF's containers, one GPU each through --gpus-per-task; bert-squad-test reads the trained model."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env, daint, options = daint_env(tmp_path, scratch, offline_image, tiny_model), ROOT / "slurm" / "daint.sbatch", [
+        "--partition=debug", "--cpus-per-task=1"]
+    # The shipped images have CA certificates, which this machine's environment names (SSL_CERT_FILE): the
+    # test image has none of its own.
+    certs = " --container-mounts=/etc/ssl/certs:/etc/ssl/certs" if Path("/etc/ssl/certs").is_dir() else ""
+    with hub({"org/tiny-bert": tiny_model}) as (url, requests):
+        job, log = submit(pyxis_cluster, tmp_path, daint, ["download", "--model", "org/tiny-bert", "--train-file",
+                                                           "bert_squad/sample/train-v1.1.json"],
+                          {**env, "HF_ENDPOINT": url, "BERT_SQUAD_RUNTIME_FLAGS": env["BERT_SQUAD_RUNTIME_FLAGS"] + certs},
+                          options)
+        info, text = finished(pyxis_cluster, job, log)
+    assert info["JobState"] == "COMPLETED", f"{info}\n{text[-4000:]}"
+    assert re.search(rf"^model -> {scratch}/cache/hub/models--org--tiny-bert/snapshots/\w+$", text, re.M), text
+    assert any(r.startswith("GET /org/tiny-bert/resolve/") for r in requests), requests
+    [record] = probes(scratch)  # the download, in the image, whose offline switches it overrides for itself
+    assert record["env"]["BERT_SQUAD_IMAGE_ENV"] == "offline" and record["env"]["HF_HUB_OFFLINE"] == "1", record
+    for p in (scratch / "probes").iterdir():
+        p.unlink()
+
+    out = scratch / "model"
+    train = [a for a in ch_train_args("org/tiny-bert", out, "--no-eval") if a not in ("--eval-file", DEV)]
+    job, log = submit(pyxis_cluster, tmp_path, daint, train, env, options)
     info, text = finished(pyxis_cluster, job, log)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
-    path = scratch / "bert-squad" / "edf" / f"job-{job}.toml"
-    assert f"runtime ce image {pyxis_image} environment {path}, launcher srun" in text, text[:3000]
-    doc = tomllib.loads(path.read_text())
-    assert edf.problems(doc) == [] and doc["image"] == str(pyxis_image) and doc["workdir"] == str(ROOT)
-    assert doc["mounts"] == [f"{scratch}:{scratch}", f"{ROOT}:{ROOT}"]  # the cache is under the scratch
-    assert doc["annotations"]["com"]["hooks"]["aws_ofi_nccl"] == {"enabled": "true", "variant": "cuda-dl"}
+    assert f"runtime ce image {offline_image} environment {ROOT}/slurm/daint.toml, launcher srun" in text, text[:3000]
     records = probes(scratch)
     assert_ranks_ran_in_the_image(records, job)
+    assert {r["env"]["BERT_SQUAD_IMAGE_ENV"] for r in records} == {"offline"}
     assert {r["env"]["SLURM_PROCID"]: r["env"]["CUDA_VISIBLE_DEVICES"] for r in records} == {"0": "0", "1": "1"}
-    assert {r["env"]["HF_HOME"] for r in records} == {doc["env"]["HF_HOME"]} == {f"{scratch}/cache/hf"}
+    assert {r["env"]["HF_HOME"] for r in records} == {f"{scratch}/cache/hf"}
     assert_same_weights_on_both_ranks(out)
-    assert json.loads((out / "eval_metrics.json").read_text())["f1"] >= 0
-    assert os.path.getsize(out / "predictions.json") > 2
+
+    # The console script a user runs, on the login node (this process's environment: offline).
+    r = subprocess.run([str(Path(PYTHON).parent / "bert-squad-test"), "--model-file", str(out), "--eval-file", DEV,
+                        "--num-test-samples", "2", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(json.loads(r.stdout)) == 2

@@ -56,7 +56,8 @@ def test_generic_sbatch_trains_two_ranks_with_mpirun(slurm_cluster, tiny_model, 
 
 
 def _standin_bin(tmp_path):
-    """A PATH folder where sarus, singularity and apptainer are the recording stand-in."""
+    """A PATH folder where sarus, singularity and apptainer are the recording stand-in, and `module` (LUMI's
+    Lmod) does nothing."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     source = (Path(__file__).parent / "standin_runtime.py").read_text()
@@ -64,7 +65,17 @@ def _standin_bin(tmp_path):
     for name in ("sarus", "singularity", "apptainer"):
         (bin_dir / name).write_text(script)
         (bin_dir / name).chmod(0o755)
+    (bin_dir / "module").write_text("#!/bin/sh\n")
+    (bin_dir / "module").chmod(0o755)
     return bin_dir
+
+
+def lumi_here(tmp_path):
+    """slurm/lumi.sbatch as the batch script's body, under this node's #SBATCH needs (no GPUs, no 60G per GPU):
+    its settings and slurm/job.sh run as checked in."""
+    script = tmp_path / "lumi-here.sbatch"
+    script.write_text(f'#!/bin/bash\nexec bash {ROOT}/slurm/lumi.sbatch "$@"\n')
+    return script
 
 
 def _records(path):
@@ -95,6 +106,8 @@ def _bind_sources(options, flag):
 @pytest.mark.parametrize("runtime,launcher", [pytest.param("sarus", "mpirun", marks=pytest.mark.mpi),
                                               ("singularity", "srun")])
 def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_train, tmp_path, runtime, launcher):
+    """Sarus through slurm/generic.sbatch; Singularity through slurm/lumi.sbatch, its own runtime, launcher and
+    runtime flags (the package's venv as a SquashFS at /user-software)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = scratch / "model"
@@ -105,7 +118,11 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     env = job_env(scratch, BERT_SQUAD_RUNTIME=runtime, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_IMAGE=image,
                   STANDIN_LOG=str(record_log), STANDIN_SARUS_IMAGE=SARUS_IMAGE)
     env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
-    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env)
+    script, site_flags = GENERIC, []
+    if runtime == "singularity":
+        script, site_flags = lumi_here(tmp_path), ["-B", f"{scratch}/bert-squad/bert-squad-env.sqsh:/user-software:image-src=/"]
+        del env["BERT_SQUAD_RUNTIME"], env["BERT_SQUAD_LAUNCHER"]
+    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env, script=script)
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
     assert re.search(r" master \S+:(\d+)", text).group(1) == str(20000 + int(job) % 20000), text
@@ -120,7 +137,9 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     for call in calls:
         assert call["sub"] == ("run" if runtime == "sarus" else "exec")
         assert call["image"] == image
-        sources = _bind_sources(call["options"], "--mount" if runtime == "sarus" else "-B")
+        assert call["options"][len(call["options"]) - len(site_flags):] == site_flags
+        sources = _bind_sources(call["options"][:len(call["options"]) - len(site_flags)],
+                                "--mount" if runtime == "sarus" else "-B")
         # The scratch (model, data, cache, output) and the checkout (configs/) are visible inside.
         assert str(scratch) in sources and str(ROOT) in sources, sources
         assert call["command"][:2] == ["bash", "-c"] and "python -m bert_squad" in call["command"][2]

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
 LAYERS = [
     # foundations: no project imports
     {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands"},
-    {"files", "metrics", "distributed", "runtime", "model", "cluster.edf"},  # files, scores, ranks, loading
+    {"files", "metrics", "distributed", "runtime", "model"},  # files, scores, ranks, loading
     {"cache"},  # the cache layout
     {"config", "features", "checkpoint", "best"},  # typed options; things the run is made of
     {"data", "dsconfig"},

@@ -1,9 +1,9 @@
-"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, rendering, and a real array job."""
+"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, the sbatch command, and a real array job."""
 
 import csv
 import json
 import re
-import shutil
+import shlex
 import subprocess
 import sys
 
@@ -13,7 +13,7 @@ from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
 from bert_squad.errors import UserError
 from helpers import ROOT
-from slurm_jobs import job_env, paused, sbatch_lines, stored_script, submitting_env
+from slurm_jobs import job_env, paused, stored_script, submitting_env
 
 
 def dry_run(capsys, *argv):
@@ -61,45 +61,45 @@ def test_done_needs_final_metrics(tmp_path):
 TRAIN = ["--model", "m", "--train-file", "t.json", "--max-steps", "3"]
 
 
-def rank_command(script):
-    """What the job's ranks run before the training arguments."""
-    return re.search(r"^RANK_COMMAND=\((.*)\)$", script, re.M).group(1).split()
+def command(out):
+    """(the sbatch command's words, its environment, every option the job gets) of a dry run's output."""
+    words = shlex.split(out.strip().splitlines()[-1])
+    env = dict(w.split("=", 1) for w in words[:words.index("sbatch")])
+    asks = dict(re.findall(r"--([\w-]+)(?:=(\S*))?", re.search(r"^# asks for: (.*)$", out, re.M).group(1)))
+    return words[words.index("sbatch"):], env, asks
 
 
-def test_dry_run_renders_one_array_job(capsys, tmp_path):
-    script = dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--", *TRAIN)
-    opts = sbatch_lines(script)
+def test_dry_run_is_one_array_job(capsys, tmp_path):
+    argv, env, opts = command(dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--",
+                                      *TRAIN))
     assert opts["array"] == "0-1" and opts["ntasks-per-node"] == "1" and opts["job-name"] == "bert-squad-sweep-seeds"
     assert opts["output"] == f"{tmp_path}/seeds/slurm-%A_%a.out"
-    # Every array task runs the sweep's own action; the cache check gets the training arguments themselves.
-    line = re.findall(r"^  TRAIN_ARGS=\((.*)\)$", script, re.M)[-1]
-    assert line.split() == TRAIN
-    assert rank_command(script) == ["sweep", "run", f"{tmp_path}/seeds", "--"]
-    assert "MASTER_PORT=" not in script  # each rank derives it from its array task's own job id
+    # Every array task runs the sweep's own action (slurm/job.sh: BERT_SQUAD_SWEEP_DIR) on the training arguments.
+    assert env == {"BERT_SQUAD_SWEEP_DIR": f"{tmp_path}/seeds"}
+    assert argv[-len(TRAIN) - 1:] == [str(ROOT / "slurm" / "generic.sbatch"), *TRAIN]
     assert not (tmp_path / "seeds").exists()  # a dry run writes nothing
 
 
-def test_grid_gpus_and_parallel_render(capsys, tmp_path):
-    script = dry_run(capsys, "--site", "lumi", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
-                     "--gpus-per-run", "2", "--max-parallel", "4", "--requeue", "--time", "2:00:00",
-                     "--runs-dir", str(tmp_path), "--name", "lr")
-    opts = sbatch_lines(script)
+def test_grid_gpus_and_parallel(capsys, tmp_path):
+    argv, env, opts = command(dry_run(capsys, "--site", "lumi", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
+                                      "--gpus-per-run", "2", "--max-parallel", "4", "--requeue", "--time", "2:00:00",
+                                      "--runs-dir", str(tmp_path), "--name", "lr"))
     assert opts["array"] == "0-5%4" and opts["ntasks-per-node"] == "2" and opts["gpus-per-node"] == "2"
-    assert opts["time"] == "2:00:00" and "requeue" in opts
+    assert opts["time"] == "2:00:00" and "requeue" in opts and opts["partition"] == "small-g"
+    assert env == {"BERT_SQUAD_REQUEUE": "1", "BERT_SQUAD_SWEEP_DIR": str(tmp_path / "lr")}
     # No training arguments: the site's defaults, less its own --output-dir/--resume.
-    assert rank_command(script) == ["sweep", "run", str(tmp_path / "lr"), "--"]
-    assert "TRAIN_ARGS=(--deepspeed_config configs/ds_bf16.json --epochs 2 --checkpoint-every 500)" in script
+    script = argv.index(str(ROOT / "slurm" / "lumi.sbatch"))
+    assert argv[script + 1:] == ["--deepspeed_config", "configs/ds_bf16.json", "--epochs", "2", "--checkpoint-every",
+                                 "500"]
 
 
-def test_rendered_array_script_passes_shellcheck(capsys, tmp_path):
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
-    path = tmp_path / "sweep.sbatch"
-    path.write_text(dry_run(capsys, "--site", "lumi", "--seeds", "1-2", "--grid", "epochs=1,2", "--requeue",
-                            "--runs-dir", str(tmp_path), "--", "--epochs", "1"))
-    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", str(path)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout
+def test_a_sweep_task_runs_the_sweeps_action():
+    """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR --` and the cache check proves DIR
+    writable."""
+    block = re.search(r"^RANK_COMMAND=\(\) .*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
+    proc = subprocess.run(["bash", "-c", f"{block}\necho \"${{RANK_COMMAND[*]}}|${{CHECK_ARGS[*]}}\""],
+                          capture_output=True, text=True, env={"BERT_SQUAD_SWEEP_DIR": "/s/lr"}, timeout=60)
+    assert proc.stdout.strip() == "sweep run /s/lr --|--output-dir /s/lr", proc.stderr
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -135,7 +135,7 @@ def fake_sweep(tmp_path):
     grid = sweep.parse_grid(["learning_rate=3e-5,5e-5"])
     combos = sweep.combinations(grid, [1, 2, 3])
     tmp_path.mkdir(exist_ok=True)
-    train_args = sweep.common_args(launch.load_sites()["generic"], [])  # what a sweep without `--` records
+    train_args = sweep.common_args(launch.load_site("generic"), [])  # what a sweep without `--` records
     (tmp_path / "sweep.json").write_text(json.dumps({"name": "lr", "site": "generic", "train_args": train_args,
                                                     "combinations": combos}))
     for combo, f1 in zip(combos[:2], (50.0, 60.0)):
@@ -180,8 +180,7 @@ def test_submit_skips_finished_runs(slurm_cluster, tmp_path, monkeypatch, capsys
     with paused(slurm_cluster):
         assert cli.main(argv) == 0
         job = (tmp_path / "lr" / "job_id").read_text().strip()
-        assert sbatch_lines(stored_script(slurm_cluster, job))["array"] == "2-5"  # 0 and 1 have final metrics
-        assert slurm_cluster.job(job)["ArrayTaskId"] == "2-5"
+        assert slurm_cluster.job(job)["ArrayTaskId"] == "2-5"  # 0 and 1 have final metrics
     for combo in combos:
         (tmp_path / "lr" / combo["name"]).mkdir(exist_ok=True)
         for name in ("train_metrics.json", "eval_metrics.json"):
@@ -287,4 +286,5 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
         assert slurm_cluster.run("squeue", "-h").stdout == ""  # nothing reached sbatch so far
         assert cli.main(argv) == 0
         job = re.search(r"^Submitted batch job (\d+)$", capsys.readouterr().out, re.M).group(1)
-        assert "sweep run" in stored_script(slurm_cluster, job)
+        assert stored_script(slurm_cluster, job) == (ROOT / "slurm" / "generic.sbatch").read_text()
+        assert slurm_cluster.job(job)["JobName"] == "bert-squad-sweep-seeds"

@@ -7,7 +7,6 @@ import re
 import pytest
 
 from bert_squad import transport
-from bert_squad.cluster import launch
 from helpers import ROOT
 
 LINES = ROOT / "tests" / "nccl_debug_lines.txt"
@@ -81,7 +80,7 @@ def test_a_fall_back_to_sockets_on_an_ofi_site_is_a_warning(tmp_path, capsys, na
 
 
 def test_the_job_script_says_which_network_the_site_configures():
-    """sites.json 'network' reaches the ranks under the name transport.py reads."""
-    text = launch.render(launch.JobSpec(site="daint"), [], "test")
-    assert f'export {transport.SITE_NETWORK_VAR}="ofi"' in text
-    assert f'export {transport.SITE_NETWORK_VAR}=""' in launch.render(launch.JobSpec(site="generic"), [], "test")
+    """A site script's network reaches the ranks under the name transport.py reads (slurm/job.sh exports it)."""
+    for site in ("daint", "lumi"):
+        assert f" {transport.SITE_NETWORK_VAR}=ofi" in (ROOT / "slurm" / f"{site}.sbatch").read_text()
+    assert f"export {transport.SITE_NETWORK_VAR}=${{{transport.SITE_NETWORK_VAR}:-}}" in (ROOT / "slurm" / "job.sh").read_text()

@@ -117,7 +117,7 @@ def array_spec(indices, max_parallel=None):
 def common_args(site, train_args):
     """The training arguments every run gets: the user's, or the site's defaults less the sweep's own."""
     if not train_args:
-        words = site["train_args"]
+        words = site.default_args
         return [w for i, w in enumerate(words) if w not in OWN_FLAGS and (i == 0 or words[i - 1] not in OWN_FLAGS)]
     clash = next((w for w in train_args if w.split("=", 1)[0] in OWN_FLAGS), None)
     if clash:
@@ -133,7 +133,7 @@ def check_training_args(argv):
         raise UserError(f"training arguments: {err}") from None
 
 
-def build_parser(sites):
+def build_parser():
     p = config.ArgumentParser(
         prog="bert-squad sweep",
         description="Seeds x hyperparameter grid as one Slurm job array: task i trains combination i into "
@@ -147,20 +147,19 @@ def build_parser(sites):
     p.add_argument("--max-parallel", type=int, default=None, help="runs at once (default: all)")
     p.add_argument("--name", help="sweep name (default: from the grid)")
     p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
-    launch.add_job_options(p, sites)
+    launch.add_job_options(p)
     return p
 
 
 def plan(own, user_args):
     """Parse and check everything before anything is written: (args, manifest, sweep dir)."""
-    sites = launch.load_sites()
-    args = build_parser(sites).parse_args(own)
+    args = build_parser().parse_args(own)
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
     seeds = parse_seeds(args.seeds)
     grid = parse_grid(args.grid)
     combos = combinations(grid, seeds)
-    train_args = common_args(sites[args.site], user_args)
+    train_args = common_args(launch.load_site(args.site), user_args)
     check_training_args([*train_args, *combos[0]["args"]])
     name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
     if not re.fullmatch(r"[\w.+=-]+", name):
@@ -172,12 +171,12 @@ def plan(own, user_args):
 
 def parse(argv):
     own, user_args = launch.split_argv(list(argv))
-    return (own, user_args, *plan(own, user_args))
+    return plan(own, user_args)
 
 
 def submit(parsed):
     """Write the manifest and submit the array of the runs not finished yet (or print its script)."""
-    own, user_args, args, manifest, sweep_dir = parsed
+    args, manifest, sweep_dir = parsed
     old = sweep_dir / MANIFEST
     if old.exists():
         previous = load_manifest(sweep_dir)
@@ -194,13 +193,13 @@ def submit(parsed):
         return 0
     extra = {"job-name": f"bert-squad-sweep-{manifest['name']}", "array": array_spec(todo, args.max_parallel),
              "output": f"{sweep_dir}/slurm-%A_%a.out"}
-    script = launch.render(launch.job_spec(args, nodes=1), manifest["train_args"],
-                           launch.shown_command("bert-squad sweep", own, user_args), extra,
-                           rank_command=["sweep", "run", str(sweep_dir), "--"], check_args=["--output-dir", str(sweep_dir)])
+    # Each array task trains its combination into the sweep directory (slurm/job.sh: BERT_SQUAD_SWEEP_DIR).
+    submission = launch.sbatch_command(launch.job_spec(args, nodes=1), manifest["train_args"], extra,
+                                       {"BERT_SQUAD_SWEEP_DIR": str(sweep_dir)})
     if not args.submit:
-        sys.stdout.write(script)
+        sys.stdout.write(submission.shown())
         return 0
-    launch.check_job_inputs(manifest["train_args"], script)
+    launch.check_job_inputs(submission, manifest["train_args"])
     job_file = sweep_dir / JOB_FILE
     if job_file.exists():
         job_id = job_file.read_text().strip()
@@ -212,7 +211,7 @@ def submit(parsed):
                             f"has ended, or scancel {job_id} first")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(old, manifest)
-    job_id = launch.submit(script)
+    job_id = launch.submit(submission)
     if job_id:
         write_text_atomic(job_file, job_id + "\n")
     return 0

@@ -1,33 +1,41 @@
 #!/bin/bash
-# bert-squad training job, site "{{site}}": {{description}}
-# Rendered by `{{command}}` from bert_squad/cluster/job_template.sh and sites.json: change those, not this.
-# Usage, from the repository root:  sbatch [sbatch options] <this script> [training arguments]
-# With no training arguments the site defaults below run. Environment knobs: BERT_SQUAD_RUNTIME
-# (ce|pyxis|sarus|singularity|apptainer|charliecloud|none), BERT_SQUAD_IMAGE, BERT_SQUAD_EDF (ce: your own
-# EDF instead of the one the job writes), BERT_SQUAD_LAUNCHER (mpirun|srun), BERT_SQUAD_REQUEUE (1: requeue
-# after a checkpointed stop), BERT_SQUAD_SCRATCH, BERT_SQUAD_WORK, BERT_SQUAD_CACHE, BERT_SQUAD_RUNTIME_FLAGS
-# (extra runtime options, e.g. --nv), BERT_SQUAD_REPO.
-{{sbatch}}
+# The shared part of every bert-squad job. slurm/<site>.sbatch holds a site's #SBATCH lines and environment and
+# ends by sourcing this file, which then: checks the inputs (1), sets up the container runtime and checks the
+# cache inside the image (2), builds each rank's command (3), and runs it with the end-of-job signal forwarded
+# and a requeue after a checkpointed stop (4). Each container runtime's launch is one branch of the marked
+# `case "$RUNTIME"` in part 2.
+# The knobs, from the site script or the environment at sbatch time (sbatch passes it all to the job):
+#   BERT_SQUAD_RUNTIME   ce | pyxis | sarus | singularity | apptainer | charliecloud | uenv | none
+#   BERT_SQUAD_IMAGE     the image (a SquashFS or .sif file, or a registry reference for ce and pyxis)
+#   BERT_SQUAD_EDF       ce: the EDF (CSCS's Environment Definition File) the ranks run in
+#   BERT_SQUAD_LAUNCHER  srun | mpirun          BERT_SQUAD_REQUEUE  1: requeue after a checkpointed stop
+#   BERT_SQUAD_SCRATCH, BERT_SQUAD_WORK, BERT_SQUAD_CACHE: where runs and the offline cache live
+#   BERT_SQUAD_RUNTIME_FLAGS  extra runtime options (e.g. --nv)   BERT_SQUAD_ARCH  the nodes' CPU (image check)
+#   BERT_SQUAD_GPU_ENV   the variable each rank narrows to its own GPU   BERT_SQUAD_CPU_BIND  whole-node masks
+#   BERT_SQUAD_NETWORK   the collectives' network the site sets up (ofi)  BERT_SQUAD_SWEEP_DIR  a sweep's task
+# Training arguments: the script's own arguments (sbatch <script> ARGS...), else the site's DEFAULT_ARGS.
 set -euo pipefail
 
-# >>> inputs: `bert-squad launch --submit` runs this part on the submit host too, so what it refuses is
-# refused before sbatch, by the same lines that refuse it here.
+# 1. Inputs. `bert-squad launch --submit` runs the site script to the end of this part on the submit host too
+# (BERT_SQUAD_CHECK_ONLY=1), so what it refuses is refused before sbatch, by the same lines.
 die() { echo "bert-squad: error: $*" >&2; exit 2; }
-# sbatch runs a spooled copy of this file, so the checkout is found from the submit directory.
+# sbatch runs a spooled copy of the site script, so the checkout is found from the submit directory.
 export BERT_SQUAD_REPO=${BERT_SQUAD_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}
-RUNTIME=${BERT_SQUAD_RUNTIME:-{{runtime}}}
-LAUNCHER=${BERT_SQUAD_LAUNCHER:-{{launcher}}}
-REQUEUE=${BERT_SQUAD_REQUEUE:-{{requeue}}}
+RUNTIME=${BERT_SQUAD_RUNTIME:-none}
+LAUNCHER=${BERT_SQUAD_LAUNCHER:-srun}
+REQUEUE=${BERT_SQUAD_REQUEUE:-0}
 case "$REQUEUE" in 0|1) ;; *) die "BERT_SQUAD_REQUEUE=$REQUEUE: use 1 (requeue after a checkpointed stop) or 0" ;; esac
-SCRATCH_DIR=${BERT_SQUAD_SCRATCH:-{{scratch}}}
-export BERT_SQUAD_WORK=${BERT_SQUAD_WORK:-$SCRATCH_DIR/bert-squad}
-IMAGE=${BERT_SQUAD_IMAGE:-{{image}}}
-# Compute nodes are offline: everything comes from the cache that --download-only filled on a login node.
+export BERT_SQUAD_SCRATCH=${BERT_SQUAD_SCRATCH:?the site script sets it} BERT_SQUAD_WORK=${BERT_SQUAD_WORK:?the site script sets it}
+# (Exported: an EDF names the image and the scratch as ${BERT_SQUAD_IMAGE} and ${BERT_SQUAD_SCRATCH}.)
+export BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-}
+IMAGE=$BERT_SQUAD_IMAGE
+# Compute nodes are offline: everything comes from the cache that `bert-squad download` filled.
 export BERT_SQUAD_CACHE=${BERT_SQUAD_CACHE:-$BERT_SQUAD_WORK/cache}
-# Bind the scratch, the checkout and the cache, each once (a path under another is already visible).
+# Bind the scratch, the checkout and the cache, each once (a path under another is already visible), as
+# the job names them: on LUMI /scratch/<project> is a symlink, and only the path itself is seen inside.
 MOUNTS=()
-for dir in "$SCRATCH_DIR" "$BERT_SQUAD_REPO" "$BERT_SQUAD_CACHE"; do
-  dir=$(realpath -m "$dir")
+for dir in "$BERT_SQUAD_SCRATCH" "$BERT_SQUAD_REPO" "$BERT_SQUAD_CACHE"; do
+  dir=$(realpath -ms "$dir")
   covered=0
   for m in "${MOUNTS[@]}"; do
     case "$dir/" in "$m"/*) covered=1 ;; esac
@@ -39,9 +47,8 @@ check_inputs() {
   case "$RUNTIME" in
     ce|pyxis)
       [ "$LAUNCHER" = srun ] || die "BERT_SQUAD_RUNTIME=$RUNTIME starts the containers through srun: use BERT_SQUAD_LAUNCHER=srun"
-      if [ "$RUNTIME" = ce ] && [ -n "${BERT_SQUAD_EDF:-}" ]; then
-        [ -f "$BERT_SQUAD_EDF" ] || die "BERT_SQUAD_EDF=$BERT_SQUAD_EDF: no such file (an EDF, CSCS's Environment Definition File)"
-        return 0  # the EDF names the image and the mounts
+      if [ "$RUNTIME" = ce ]; then
+        [ -f "${BERT_SQUAD_EDF:-}" ] || die "BERT_SQUAD_EDF=${BERT_SQUAD_EDF:-}: no such file (an EDF, CSCS's Environment Definition File)"
       fi ;;
     charliecloud) ;;
     *) return 0 ;;
@@ -58,73 +65,56 @@ check_inputs() {
 }
 # A SquashFS image's CPU architecture, from the ELF header of its /usr/bin/env (unknown: no check).
 check_image_arch() {
-  local arch={{arch}} machine found
+  local arch=${BERT_SQUAD_ARCH:-} machine found
   [ -n "$arch" ] && [ -f "$IMAGE" ] && command -v unsquashfs >/dev/null || return 0
   machine=$(unsquashfs -cat "$IMAGE" usr/bin/env 2>/dev/null | od -An -tu2 -j18 -N2 | tr -d ' ') || true
   case "$machine" in 183) found=aarch64 ;; 62) found=x86_64 ;; *) return 0 ;; esac
-  [ "$found" = "$arch" ] || die "image $IMAGE is built for $found, a {{site}} node runs $arch: build it on (or for) $arch (containers/README.md)"
+  [ "$found" = "$arch" ] || die "image $IMAGE is built for $found, the nodes run $arch: build it on (or for) $arch (containers/README.md)"
 }
-# <<< inputs
 check_inputs
+[ "${BERT_SQUAD_CHECK_ONLY:-0}" = 0 ] || exit 0
 cd "$BERT_SQUAD_REPO"
 [ -d bert_squad ] || die "$BERT_SQUAD_REPO has no bert_squad/: submit from the repository root or set BERT_SQUAD_REPO"
 [ -n "${SLURM_JOB_ID:-}" ] || die "not inside a Slurm job: submit with sbatch, or run it inside salloc"
 
-{{modules}}
-{{site_env}}
 export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# What the ranks must see in a container even where its image sets its own (ce: the EDF's [env], pyxis:
-# --container-env; the other runtimes pass the environment through).
+# What the ranks must see in a container even where its image sets its own (pyxis: --container-env; ce: the
+# EDF's [env] sets the offline switches; the other runtimes pass the environment through).
 CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE)
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} PYTHONUNBUFFERED=1
-# The variable each rank narrows to its own GPU (empty: none, or Slurm binds one GPU to each task itself).
-export BERT_SQUAD_GPU_ENV={{gpu_env}}
+# The variable each rank narrows to its own GPU: none in a job without GPUs.
+[ -n "${SLURM_GPUS_PER_NODE:-}${SLURM_GPUS_PER_TASK:-}${SLURM_GPUS:-}" ] || BERT_SQUAD_GPU_ENV=
+export BERT_SQUAD_GPU_ENV=${BERT_SQUAD_GPU_ENV:-}
 # The collectives' network the site configures (ofi: the libfabric plugin); a rank that finds NCCL/RCCL
 # on sockets instead says so in its log (bert_squad/transport.py).
-export BERT_SQUAD_NETWORK={{network}}
-CPU_BIND={{cpu_bind}}
+export BERT_SQUAD_NETWORK=${BERT_SQUAD_NETWORK:-}
+# CPU masks name the cores next to each of a node's GPUs: only right when the job has the whole node.
+BERT_SQUAD_CPU_BIND=${BERT_SQUAD_CPU_BIND:-}
+IFS=, read -ra masks <<< "${BERT_SQUAD_CPU_BIND#mask_cpu:}"
+CPU_BIND=
+[ "${#masks[@]}" != "${SLURM_NTASKS_PER_NODE:-0}" ] || CPU_BIND=$BERT_SQUAD_CPU_BIND
+# The exit code of a run that stopped at a checkpoint: bert_squad.preemption.EXIT_STOPPED (a test holds them equal).
+STOPPED=75
 
 if [ "$#" -gt 0 ]; then
   TRAIN_ARGS=("$@")
 else
-  TRAIN_ARGS=({{train_args}})
+  TRAIN_ARGS=("${DEFAULT_ARGS[@]}")
 fi
-# What the ranks run before the training arguments (empty: training itself), and what the cache check adds
-# to them (a sweep's: its directory, as the output dir it proves writable).
-RANK_COMMAND=({{rank_command}})
-CHECK_ARGS=({{check_args}})
+# What the ranks run before the training arguments (empty: training itself), and what the cache check adds:
+# a sweep's array task trains its own combination into the sweep directory, which it proves writable.
+RANK_COMMAND=() CHECK_ARGS=()
+if [ -n "${BERT_SQUAD_SWEEP_DIR:-}" ]; then
+  RANK_COMMAND=(sweep run "$BERT_SQUAD_SWEEP_DIR" --) CHECK_ARGS=(--output-dir "$BERT_SQUAD_SWEEP_DIR")
+fi
+read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 
-# The site's runtime options unless BERT_SQUAD_RUNTIME_FLAGS is set (set it empty for none).
-SITE_RUNTIME_FLAGS={{runtime_flags}}
-read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS-$SITE_RUNTIME_FLAGS}"
-# The CSCS Container Engine's EDF for this job (the EDF reference: cscs-docs docs/software/container-engine/edf.md),
-# written whole or not at all.
-toml() { local s=${1//\\/\\\\}; printf '"%s"' "${s//\"/\\\"}"; }  # a TOML basic string
-write_edf() {
-  local m sep=""
-  mkdir -p "$(dirname "$1")"
-  {
-    echo "# bert-squad job ${SLURM_JOB_ID}, site {{site}}: the environment its ranks run in (srun --environment)"
-    echo "image = $(toml "$IMAGE")"
-    printf 'mounts = ['
-    for m in "${MOUNTS[@]}"; do printf '%s%s' "$sep" "$(toml "$m:$m")"; sep=", "; done
-    echo "]"
-    echo "workdir = $(toml "$BERT_SQUAD_REPO")"
-    echo "[env]"
-    for m in "${CONTAINER_ENV[@]}"; do echo "$m = $(toml "${!m}")"; done
-    cat <<'SITE_EDF'
-{{edf}}
-SITE_EDF
-  } > "$1.tmp.$$"
-  mv "$1.tmp.$$" "$1"
-}
-# Runtimes that wrap each rank's command (RUN), or that are options of srun itself (CONTAINER).
+# 2. The container runtime, then the cache check in its image.
+# >>> each runtime's launch: it wraps every rank's command (RUN), or is options of srun (CONTAINER).
 CONTAINER=()
 case "$RUNTIME" in
-  ce)
-    EDF=${BERT_SQUAD_EDF:-$BERT_SQUAD_WORK/edf/job-$SLURM_JOB_ID.toml}
-    [ -n "${BERT_SQUAD_EDF:-}" ] || write_edf "$EDF"
-    CONTAINER=("--environment=$EDF" "${RUNTIME_FLAGS[@]}")
+  ce)  # CSCS Container Engine: the EDF names the image, mounts and environment.
+    CONTAINER=("--environment=$BERT_SQUAD_EDF" "${RUNTIME_FLAGS[@]}")
     RUN=() ;;
   pyxis)
     # srun keeps the last of a repeated --container-mounts or --container-env: the runtime flags' join ours.
@@ -175,15 +165,25 @@ case "$RUNTIME" in
     # With a SquashFS image ch-run stays the FUSE server and is not the rank: USR1, sent to the whole
     # process group, would kill it. Inherited as ignored, it reaches only python, whose handler replaces that.
     RUN=(bash -c 'trap "" USR1; exec "$@"' ch-run-ignoring-usr1 "${RUN[@]}") ;;
+  uenv)  # CSCS uenv: #SBATCH --uenv/--view mount it; the site script puts the package's venv on PATH.
+    [ -d /user-environment ] || die "no uenv at /user-environment: add #SBATCH --uenv=<image>:/user-environment and --view"
+    RUN=() ;;
   none) RUN=() ;;
-  *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use ce, pyxis, sarus, singularity, apptainer, charliecloud or none" ;;
+  *) die "BERT_SQUAD_RUNTIME=$RUNTIME: use ce, pyxis, sarus, singularity, apptainer, charliecloud, uenv or none" ;;
 esac
+# <<< each runtime's launch
+
+# What runs once, before the ranks: in the image (ce and pyxis: a job step on the batch shell's node).
+ONCE=("${RUN[@]}")
+[ "${#CONTAINER[@]}" = 0 ] || ONCE=(srun --ntasks=1 --nodes=1 "${CONTAINER[@]}")
+# `sbatch <site script> download --model ...`: fill the cache from inside the image, once, then stop
+# (`download` goes online for itself, whatever the image says about offline mode).
+if [ "${TRAIN_ARGS[0]:-}" = download ]; then
+  exec "${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"' bert-squad "${TRAIN_ARGS[@]}"
+fi
 
 # Fail here, in seconds, rather than in every rank after the containers started: the package itself
 # says whether the run's model and dataset are in the cache (one definition of its layout).
-# With ce and pyxis the container comes with a job step, on the batch shell's node.
-ONCE=("${RUN[@]}")
-[ "${#CONTAINER[@]}" = 0 ] || ONCE=(srun --ntasks=1 --nodes=1 "${CONTAINER[@]}")
 # Its error line alone, without the launcher's own ("srun: error: ... Exited with exit code 2").
 # shellcheck disable=SC2016  # expanded inside the container
 if ! out=$("${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad check-cache "$@" >/dev/null' \
@@ -192,7 +192,7 @@ if ! out=$("${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_sq
   exit 2
 fi
 
-# Each rank, inside the container: its place from the launcher's variables, then its own GPU.
+# 3. Each rank, inside the container: its place from the launcher's variables, then its own GPU.
 # shellcheck disable=SC2016  # expanded by the ranks, not here
 RANK_SH='export RANK=${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID} LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-$SLURM_LOCALID} WORLD_SIZE=${OMPI_COMM_WORLD_SIZE:-$SLURM_NTASKS}
 if [ -n "$BERT_SQUAD_GPU_ENV" ]; then
@@ -216,12 +216,12 @@ CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMA
 # Rendezvous: every rank derives MASTER_ADDR (first host of SLURM_JOB_NODELIST) and MASTER_PORT (from
 # the job id, so two jobs sharing a node don't collide) itself, in bert_squad.distributed.detect.
 echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), nodes $SLURM_JOB_NODELIST"
-echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}${EDF:+ environment $EDF}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
+echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}${BERT_SQUAD_EDF:+ environment $BERT_SQUAD_EDF}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
 printf 'bert-squad: training arguments:'; printf ' %q' "${TRAIN_ARGS[@]}"; echo
 printf 'bert-squad: running:'; printf ' %q' "${CMD[@]}"; echo
 
-# Slurm's end-of-job warning (--signal=B:USR1@...) reaches only this shell: pass it to the launcher,
-# which forwards it to the ranks; they checkpoint at the next step and exit with 75.
+# 4. Slurm's end-of-job warning (--signal=B:USR1@...) reaches only this shell: pass it to the launcher,
+# which forwards it to the ranks; they checkpoint at the next step and exit with $STOPPED.
 # shellcheck disable=SC2317  # called by the trap
 forward() {
   echo "bert-squad: $1 received, asking the ranks to checkpoint and stop" >&2
@@ -245,7 +245,7 @@ while :; do
   # A trap interrupts `wait` while the launcher still runs: wait again.
   kill -0 "$LAUNCH_PID" 2>/dev/null || break
 done
-if [ "$status" = 75 ]; then
+if [ "$status" = "$STOPPED" ]; then
   if [ "$REQUEUE" = 1 ]; then
     echo "bert-squad: stopped at a checkpoint; requeueing job $SLURM_JOB_ID to resume"
     scontrol requeue "$SLURM_JOB_ID"
