@@ -136,13 +136,8 @@ class Batch:
         return Batch(micro, samples // micro, self.world_size)
 
 
-@dataclass(frozen=True)
-class DeepSpeedConfig:
-    """The config the engine is built with, finished: what it holds cannot change."""
-
-    path: Path  # the file it came from
-    batch: Batch
-    values: MappingProxyType  # the whole config, read-only
+class _Sections:
+    """What a config's sections say, for the dataclasses below, which hold the config as `values`."""
 
     @property
     def precision(self):
@@ -151,6 +146,15 @@ class DeepSpeedConfig:
     @property
     def zero_stage(self):
         return zero_stage(self.values)
+
+
+@dataclass(frozen=True)
+class DeepSpeedConfig(_Sections):
+    """The config the engine is built with, finished: what it holds cannot change."""
+
+    path: Path  # the file it came from
+    batch: Batch
+    values: MappingProxyType  # the whole config, read-only
 
     @property
     def weight_decay(self):
@@ -165,23 +169,15 @@ class DeepSpeedConfig:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(_Sections):
     """A config file checked for this run, and everything the run decides on top of it but the schedule."""
 
     path: Path
-    checked: MappingProxyType  # the file's object with --learning-rate applied, read-only
+    values: MappingProxyType  # the file's object with --learning-rate applied, read-only
     batch: Batch
     learning_rate: Optional[float]  # the optimizer's, after --learning-rate
     monitor_dir: Path  # where file monitors without an output_path write
     load_universal: bool = False  # the run resumes from DeepSpeed's universal checkpoint (resume.py decides)
-
-    @property
-    def precision(self):
-        return precision(self.checked)
-
-    @property
-    def zero_stage(self):
-        return zero_stage(self.checked)
 
     def resuming(self, batch, load_universal):
         """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
@@ -189,7 +185,7 @@ class Settings:
 
     def finish(self, total_steps, warmup_ratio):
         """The finished config of a run of `total_steps` optimizer steps."""
-        cfg = copy.deepcopy(dict(self.checked))
+        cfg = copy.deepcopy(dict(self.values))
         cfg.update(train_micro_batch_size_per_gpu=self.batch.micro, train_batch_size=self.batch.size,
                    gradient_accumulation_steps=self.batch.accumulation)
         for section in FILE_MONITORS:

@@ -64,7 +64,7 @@ def decide(found, settings):
         raise UserError(f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which "
                         f"{ranks(batch.world_size)} cannot split evenly; resume on a number of ranks that "
                         f"divides {layout.train_batch_size}")
-    offload = settings.checked.get("zero_optimization", {}).get("offload_optimizer", {}).get("device")
+    offload = settings.values.get("zero_optimization", {}).get("offload_optimizer", {}).get("device")
     if layout.sharded and offload == "nvme":
         raise UserError(f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
                         f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
