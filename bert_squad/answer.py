@@ -24,7 +24,7 @@ from bert_squad.data import Examples
 from bert_squad.errors import UserError
 from bert_squad.evaluate import predict
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import read_json, read_text
+from bert_squad.files import parse_json, read_json, read_text
 from bert_squad.postprocess import predicted_entry
 
 
@@ -70,7 +70,7 @@ class Answerer:
         """`name_or_dir`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
         name already in the cache: nothing is downloaded. `null_answer` defaults to what the model was trained
         on (`bert-squad` writes `version_2_with_negative` into its config)."""
-        model_dir = cache.find_model(str(name_or_dir), cache_dir or cache.default_cache_dir())
+        model_dir = cache.find_model(str(name_or_dir), cache.resolve_cache_dir(cache_dir))
         model_config = require_qa_model(model_dir)
         if null_answer is None:
             null_answer = bool(model_config.get("version_2_with_negative", False))
@@ -114,10 +114,7 @@ def read_questions(path):
     for n, line in enumerate(read_text(path, "a JSON Lines file").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{n}: not JSON ({err.msg})") from None
+        obj = parse_json(line, f"{path}:{n}")
         if not isinstance(obj, dict):
             raise UserError(f"{path}:{n}: a line is a JSON object with question and context")
         for key in ("question", "context"):

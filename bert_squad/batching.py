@@ -43,10 +43,16 @@ class BatchPlan:
 class Collator:
     """Pads a list of features to the batch's longest (or to a fixed length) as torch tensors."""
 
-    KEYS = ("input_ids", "token_type_ids", "attention_mask")
+    KEYS = ("input_ids", "token_type_ids", "attention_mask")  # the model's inputs (a family may lack one)
+    LABELS = ("start_positions", "end_positions")
 
     def __init__(self, pad_id, pad_to=None, multiple_of=1, labels=True):
         self.pad_id, self.pad_to, self.multiple_of, self.labels = pad_id, pad_to, multiple_of, labels
+
+    def columns(self, features):
+        """The columns of `features` (a datasets.Dataset) this collator reads."""
+        wanted = self.KEYS + (self.LABELS if self.labels else ())
+        return [c for c in wanted if c in features.column_names]
 
     def __call__(self, rows):
         longest = max(len(r["input_ids"]) for r in rows)
@@ -56,7 +62,6 @@ class Collator:
             if key in rows[0]:
                 fill = self.pad_id if key == "input_ids" else 0
                 batch[key] = torch.tensor([r[key] + [fill] * (length - len(r[key])) for r in rows])
-        if self.labels:
-            batch["start_positions"] = torch.tensor([r["start_positions"] for r in rows])
-            batch["end_positions"] = torch.tensor([r["end_positions"] for r in rows])
+        for key in self.LABELS if self.labels else ():
+            batch[key] = torch.tensor([r[key] for r in rows])
         return batch

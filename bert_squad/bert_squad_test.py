@@ -47,7 +47,7 @@ def predicted_offsets(prediction, nbest):
 def collect(args):
     """The selected questions with predictions and scores, as plain records."""
     windows, postprocess = config.from_args(WindowConfig, args), config.from_args(PostprocessConfig, args)
-    cache_dir = args.cache_dir or cache.default_cache_dir()
+    cache_dir = cache.resolve_cache_dir(args.cache_dir)
     qa = Answerer.from_pretrained(args.model_file, "cpu", windows, postprocess, cache_dir=cache_dir)
     examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
     first, count = args.start_sample, args.num_test_samples

@@ -13,7 +13,7 @@ before DeepSpeed reads anything: `find` checks a checkpoint against its marker, 
 falls back to the one before. Older checkpoints are deleted only after a newer one is complete, and
 `--keep-checkpoints` counts intact ones.
 
-Resuming on another number of ranks is universal.py's part.
+How a checkpoint resumes in another world is resume.py's part.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class Found:
+class Resumable:
     """A checkpoint to resume from, checked against its marker."""
 
     path: Path
@@ -79,22 +79,27 @@ class Found:
 
 
 @dataclass(frozen=True)
-class About:
-    """What a run's checkpoints are of: recorded in each marker and checked when resuming."""
+class Stamp:
+    """What every checkpoint of a run records of it: what it is of (checked when resuming) and how it was
+    written (which decides how it resumes in another world)."""
 
     model: str  # --model as given, for messages
     fingerprint: str  # parameter names and shapes, and the tokenizer's vocabulary
     windows: dict  # the window options the data position counts in
     config: PretrainedConfig  # written with the tokenizer into hf/
     tokenizer: PreTrainedTokenizerBase
+    layout: Layout
 
 
-def about(model_name, module, tokenizer, windows):
-    """What checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows` are of."""
+def stamp(model_name, module, tokenizer, windows, settings):
+    """The stamp of checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows`, written
+    with the DeepSpeed `settings` (a `dsconfig.Settings`)."""
     shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
     vocab = sorted(tokenizer.get_vocab().items())
     fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
-    return About(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer)
+    b = settings.batch
+    written = Layout(b.world_size, b.size, b.accumulation, settings.zero_stage, settings.precision)
+    return Stamp(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer, written)
 
 
 def checkpoint_root(output_dir):
@@ -165,7 +170,7 @@ def _marker(path):
     return record if isinstance(record, dict) else None
 
 
-def damage(path, read=True):
+def describe_damage(path, read=True):
     """What is wrong with the checkpoint at `path`, compared with its marker: a few words that name the
     file, or None when it is intact (or its marker predates file lists). `read=False` checks sizes only."""
     marker = _marker(path)
@@ -188,7 +193,7 @@ def write_marker(path, record, files):
 
 # --- save -----------------------------------------------------------------------------------------
 
-def save(engine, output_dir, progress, keep, dist, about):
+def save(engine, output_dir, progress, keep, dist, stamp):
     """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
     `latest` at it and deletes the checkpoints `keep` no longer covers."""
     root = checkpoint_root(output_dir)
@@ -204,8 +209,8 @@ def save(engine, output_dir, progress, keep, dist, about):
     engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
     torch.save(_rng_state(), path / f"rng_rank{dist.rank}.pt")
     if dist.is_main:
-        about.config.save_pretrained(str(path / HF_DIR))
-        model.save_tokenizer(about.tokenizer, path / HF_DIR)
+        stamp.config.save_pretrained(str(path / HF_DIR))
+        model.save_tokenizer(stamp.tokenizer, path / HF_DIR)
     t1 = time.perf_counter()
     mine = manifest(path, dist.rank, dist.world_size, sync=True)
     # A collective: once rank 0 has every rank's digests, every rank's files are on disk.
@@ -213,20 +218,14 @@ def save(engine, output_dir, progress, keep, dist, about):
     if dist.is_main:
         files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
         seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
-        write_marker(path, {**asdict(progress), **_layout_record(engine, dist), "model": about.model,
-                            "fingerprint": about.fingerprint, "windows": about.windows, "seconds": seconds}, files)
+        written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
+        write_marker(path, {**asdict(progress), **written, "model": stamp.model, "fingerprint": stamp.fingerprint,
+                            "windows": stamp.windows, "seconds": seconds}, files)
         write_text_atomic(root / "latest", tag + "\n")
         shutil.rmtree(superseded, ignore_errors=True)
         prune(root, keep)
     distributed.barrier()
     return path
-
-
-def _layout_record(engine, dist):
-    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
-    return {"world_size": dist.world_size, "train_batch_size": engine.train_batch_size(),
-            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
-            "zero_stage": engine.zero_optimization_stage(), "precision": precision}
 
 
 def complete_tags(root):
@@ -238,7 +237,7 @@ def prune(root, keep):
     """Delete the complete checkpoints older than the newest `keep` intact ones, damaged ones included;
     intact here means every file there at its recorded size (nothing is read)."""
     tags = complete_tags(root)
-    kept = [t for t in tags if damage(Path(root) / t, read=False) is None][-keep:]
+    kept = [t for t in tags if describe_damage(Path(root) / t, read=False) is None][-keep:]
     for tag in tags:
         if kept and tag < kept[-1] and tag not in kept:
             shutil.rmtree(Path(root) / tag, ignore_errors=True)
@@ -259,30 +258,30 @@ def find(resume, output_dir):
     if resume == "auto":
         root = checkpoint_root(output_dir)
         return _newest_intact(root, complete_tags(root) if root.is_dir() else [])
-    return at(resume, hint="; use --resume auto to pick the newest complete one")
+    return intact_at(resume, hint="; use --resume auto to pick the newest complete one")
 
 
-def at(where, hint=""):
+def intact_at(where, hint=""):
     """The checkpoint at `where` (a step<N> directory, or one with `latest`), checked against its marker."""
     path = Path(where)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
     if not (path / MARKER).is_file():
         raise UserError(f"{where}: not a complete checkpoint (no '{MARKER}' marker){hint}")
-    problem = damage(path)
+    problem = describe_damage(path)
     if problem:
         raise UserError(f"{path}: damaged checkpoint: {problem}; take another one (--resume auto takes the "
                         f"newest intact one)")
-    return Found(path, layout(path))
+    return Resumable(path, layout(path))
 
 
 def _newest_intact(root, tags):
     damaged = []
     for tag in reversed(tags):
-        problem = damage(root / tag)
+        problem = describe_damage(root / tag)
         if problem is None:
             skipped = tuple(f"{root / t}: damaged checkpoint: {p}; resuming from {tag} instead" for t, p in damaged)
-            return Found(root / tag, layout(root / tag), skipped)
+            return Resumable(root / tag, layout(root / tag), skipped)
         damaged.append((tag, problem))
     if damaged:
         tag, problem = damaged[0]
@@ -291,17 +290,17 @@ def _newest_intact(root, tags):
     return None
 
 
-def check_matches(found, about):
+def check_matches(found, stamp):
     """A UserError unless the checkpoint is of this run's model and windows (when its marker says)."""
     marker = _marker(found.path)
-    if marker.get("fingerprint") not in (None, about.fingerprint):
+    if marker.get("fingerprint") not in (None, stamp.fingerprint):
         raise UserError(f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
-                        f"vocabulary differ from --model {about.model}'s; resume it with that --model, or "
+                        f"vocabulary differ from --model {stamp.model}'s; resume it with that --model, or "
                         f"start afresh in another --output-dir")
     for key, value in marker.get("windows", {}).items():
-        if about.windows.get(key) != value:
+        if stamp.windows.get(key) != value:
             flag = "--" + key.replace("_", "-")
-            raise UserError(f"{found.path}: written with {flag} {value}, this run has {about.windows.get(key)}: "
+            raise UserError(f"{found.path}: written with {flag} {value}, this run has {stamp.windows.get(key)}: "
                             f"its data position counts those windows; resume with {flag} {value}, or start "
                             f"afresh in another --output-dir")
 
@@ -323,9 +322,4 @@ def load(engine, found, dist, source=None):
     rng_file = path / f"rng_rank{dist.rank}.pt"
     if rng_file.exists():  # absent for ranks the checkpoint's world did not have
         _set_rng_state(torch.load(rng_file, weights_only=True))
-    progress = Progress(**client["progress"])
-    old = found.layout
-    if old.world_size not in (None, dist.world_size):  # the same optimizer steps, counted in this world's micro batches
-        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * \
-            engine.gradient_accumulation_steps()
-    return progress
+    return Progress(**client["progress"])

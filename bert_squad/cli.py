@@ -8,43 +8,11 @@ from any of them is one line on stderr and exit code 2, so a batch log shows the
 """
 
 import importlib
-import os
 import sys
-from dataclasses import dataclass
 
 from bert_squad import runtime
+from bert_squad.commands import ALIASES, COMMANDS
 from bert_squad.errors import debug_requested, exit_code
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command: its parser and its action ("module:function" each), and the process set-up it needs."""
-
-    parse: str  # argv -> options; argparse exits here for --help
-    run: str  # options -> exit code
-    deepspeed: bool = False  # starts DeepSpeed (its process group or engine)
-    offline: bool = True  # the Hugging Face libraries never try the network
-
-
-TRAINING_ARGS = "bert_squad.config:parse_run_config"
-# Command words -> Command. The longest match of the first words wins; anything else is training.
-COMMANDS = {
-    "train": Command(TRAINING_ARGS, "bert_squad.train:main", deepspeed=True),
-    "config": Command(TRAINING_ARGS, "bert_squad.train:print_config", deepspeed=True),
-    "download": Command(TRAINING_ARGS, "bert_squad.download:download", offline=False),
-    "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
-    "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", deepspeed=True),
-    "export": Command("bert_squad.export:parse", "bert_squad.export:run"),
-    "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
-    "test": Command("bert_squad.bert_squad_test:parse", "bert_squad.bert_squad_test:run"),
-    "score": Command("bert_squad.score:parse", "bert_squad.score:run"),
-    "launch": Command("bert_squad.cluster.launch:parse", "bert_squad.cluster.launch:run"),
-    "sweep": Command("bert_squad.cluster.sweep:parse", "bert_squad.cluster.sweep:submit"),
-    "sweep run": Command("bert_squad.cluster.sweep:parse_task", "bert_squad.cluster.sweep:run_task", deepspeed=True),
-    "summarize": Command("bert_squad.cluster.summarize:parse", "bert_squad.cluster.summarize:run"),
-}
-# Training flags that run another command on the same arguments, as the README and job scripts spell them.
-ALIASES = {"--download-only": "download", "--print-config": "config"}
 
 
 def split_command(argv):
@@ -68,14 +36,13 @@ def load(spec):
 def run(name, args, prog):
     """Run command `name` on `args`; its exit code."""
     command = COMMANDS[name]
-    debug = "--debug" in args or os.environ.get("BERT_SQUAD_DEBUG") == "1"  # for the traceback; checked below
 
     def parse_prepare_run():
         options = load(command.parse)(args)
-        runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug or debug_requested())
+        runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug_requested(args))
         return load(command.run)(options)
 
-    return exit_code(parse_prepare_run, prog, debug)
+    return exit_code(parse_prepare_run, prog, debug_requested(args, strict=False))
 
 
 def main(argv=None):

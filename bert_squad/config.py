@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bert_squad.cache import resolve_cache_dir
-from bert_squad.errors import UserError, debug_requested
+from bert_squad import commands
+from bert_squad.errors import UserError
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
@@ -166,7 +167,6 @@ class RunConfig:
     train: TrainConfig
     faults: FaultConfig
     speed: SpeedConfig
-    debug: bool = False
 
 
 TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "postprocess": PostprocessConfig,
@@ -224,9 +224,8 @@ def training_parser():
     p = ArgumentParser(
         prog="bert-squad",
         description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
-                    "download, config, evaluate, export, answer, score, launch, sweep, summarize, check-cache "
-                    "(bert-squad CMD --help). `--download-only` runs `download` and `--print-config` runs "
-                    "`config` with the same arguments.")
+                    f"{', '.join(commands.listed())} (bert-squad CMD --help). `--download-only` runs `download` "
+                    "and `--print-config` runs `config` with the same arguments.")
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--debug", action="store_true", help="tracebacks and DeepSpeed's info logging")
@@ -238,4 +237,4 @@ def parse_run_config(argv):
     """The training command line as a RunConfig; bad values are one-line UserErrors."""
     args = training_parser().parse_args(argv)
     groups = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
-    return RunConfig(**groups, debug=args.debug or debug_requested())
+    return RunConfig(**groups)

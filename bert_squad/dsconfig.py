@@ -2,30 +2,27 @@
 
 `settings` reads a config (a shipped name or a JSON file), checks it against this machine and world size,
 and decides everything that does not depend on the run's length: the batch, the learning rate, where file
-monitors write and, on resume, how the checkpoint's global batch is kept. `Settings.finish` fills the
-schedule from the run's length and returns the `DeepSpeedConfig` the engine is built with; nothing edits
-it afterwards, and the run writes it beside its metrics.
+monitors write. `Settings.finish` fills the schedule from the run's length and returns the `DeepSpeedConfig`
+the engine is built with; nothing edits it afterwards, and the run writes it beside its metrics.
 
-Batch rule: shipped configs give `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`;
-the global `train_batch_size` is derived as micro x accumulation x world size. A config that also sets
+Batch: shipped configs give `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`; the
+global `train_batch_size` is derived by the batch rule (`Batch.size`). A config that also sets
 `train_batch_size` must agree with that product for the current world size, or the run stops with an
 error naming the keys. Scheduler values written "auto" are filled in from the run's length and lr.
 
-Resume rule (`resume_plan`): a checkpoint written by another world size keeps its global batch, by gradient
-accumulation (its micro batch stays the config's). ZeRO stage 0 keeps the whole optimizer state in one file
-every rank loads, so it resumes as it is; ZeRO 1-3 split it by rank, so it resumes through DeepSpeed's
-universal checkpoint (`universal` converts it once; the finished config sets `checkpoint.load_universal`).
-A world that cannot keep the batch, another stage or precision than the checkpoint's, or an optimizer
-offloaded to NVMe (DeepSpeed loads no universal checkpoint then) is refused in one line.
+How a checkpoint of another world resumes with this config is resume.py's decision.
 """
 
 import difflib
 import functools
 import importlib.util
+import copy
 import json
+import logging
 import math
 from collections.abc import KeysView
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from pathlib import Path
 from typing import Optional
 
@@ -124,20 +121,19 @@ class Batch:
 
     @property
     def size(self):
+        """The batch rule, written here only: global batch = micro x accumulation x world size."""
         return self.micro * self.accumulation * self.world_size
 
-
-# How a checkpoint resumes: in the world it was written in; its whole optimizer state in another world, the
-# batch kept by accumulation; its ZeRO shards through a universal checkpoint, likewise.
-AS_IS, ACCUMULATE, UNIVERSAL = "as is", "accumulate", "universal"
-
-
-@dataclass(frozen=True)
-class Resume:
-    """How the checkpoint a run continues resumes in its world, and with which batch."""
-
-    action: str  # AS_IS, ACCUMULATE or UNIVERSAL
-    batch: Batch
+    def keeping(self, size):
+        """This world's batch with a global batch of `size`: the accumulation changes first (the micro batch
+        is what fits on a device), and the micro batch shrinks where `size` leaves each rank less than one;
+        None where `size` cannot be split evenly over the ranks."""
+        per_rank = Batch(1, 1, self.world_size)
+        if size % per_rank.size:
+            return None
+        samples = size // per_rank.size
+        micro = max(m for m in range(1, min(self.micro, samples) + 1) if samples % m == 0)
+        return Batch(micro, samples // micro, self.world_size)
 
 
 @dataclass(frozen=True)
@@ -146,13 +142,26 @@ class DeepSpeedConfig:
 
     path: Path  # the file it came from
     batch: Batch
-    precision: str  # fp32, fp16 or bf16
-    zero_stage: int
-    text: str  # the whole config as JSON
+    values: MappingProxyType  # the whole config, read-only
+
+    @property
+    def precision(self):
+        return precision(self.values)
+
+    @property
+    def zero_stage(self):
+        return zero_stage(self.values)
+
+    @property
+    def weight_decay(self):
+        return self.values.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
 
     def as_dict(self):
-        """A fresh dict of it, for DeepSpeed and for the run's records."""
-        return json.loads(self.text)
+        """A deep copy: for DeepSpeed, which may write into the dict it is given, and for the run's records."""
+        return copy.deepcopy(dict(self.values))
+
+    def text(self):
+        return json.dumps(self.values, indent=2, default=dict)
 
 
 @dataclass(frozen=True)
@@ -160,15 +169,27 @@ class Settings:
     """A config file checked for this run, and everything the run decides on top of it but the schedule."""
 
     path: Path
-    checked: str  # the file's object with --learning-rate applied, as JSON
+    checked: MappingProxyType  # the file's object with --learning-rate applied, read-only
     batch: Batch
     learning_rate: Optional[float]  # the optimizer's, after --learning-rate
     monitor_dir: Path  # where file monitors without an output_path write
-    resume: Optional[Resume] = None  # how the checkpoint the run continues resumes (its batch is `batch`)
+    load_universal: bool = False  # the run resumes from DeepSpeed's universal checkpoint (resume.py decides)
+
+    @property
+    def precision(self):
+        return precision(self.checked)
+
+    @property
+    def zero_stage(self):
+        return zero_stage(self.checked)
+
+    def resuming(self, batch, load_universal):
+        """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
+        return replace(self, batch=batch, load_universal=load_universal)
 
     def finish(self, total_steps, warmup_ratio):
         """The finished config of a run of `total_steps` optimizer steps."""
-        cfg = json.loads(self.checked)
+        cfg = copy.deepcopy(dict(self.checked))
         cfg.update(train_micro_batch_size_per_gpu=self.batch.micro, train_batch_size=self.batch.size,
                    gradient_accumulation_steps=self.batch.accumulation)
         for section in FILE_MONITORS:
@@ -178,9 +199,9 @@ class Settings:
                  "warmup_max_lr": self.learning_rate}
         params = cfg.get("scheduler", {}).get("params", {})
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
-        if self.resume is not None and self.resume.action == UNIVERSAL:
+        if self.load_universal:
             cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
-        return DeepSpeedConfig(self.path, self.batch, precision(cfg), zero_stage(cfg), json.dumps(cfg, indent=2))
+        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg))
 
 
 def _positive_int(cfg, key, path, default=None):
@@ -195,17 +216,17 @@ def _batch(cfg, path, world_size):
     gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
     if "train_micro_batch_size_per_gpu" in cfg:
         micro = _positive_int(cfg, "train_micro_batch_size_per_gpu", path)
-        if "train_batch_size" in cfg and _positive_int(cfg, "train_batch_size", path) != micro * gas * world_size:
+        if "train_batch_size" in cfg and _positive_int(cfg, "train_batch_size", path) != Batch(micro, gas, world_size).size:
             raise UserError(
                 f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {micro} "
                 f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
                 f"to derive it")
         return Batch(micro, gas, world_size)
-    total = _positive_int(cfg, "train_batch_size", path)
-    if total % (gas * world_size):
+    total, per_sample = _positive_int(cfg, "train_batch_size", path), Batch(1, gas, world_size)
+    if total % per_sample.size:
         raise UserError(f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
                         f"{gas} x world size {world_size}")
-    return Batch(total // (gas * world_size), gas, world_size)
+    return Batch(total // per_sample.size, gas, world_size)
 
 
 def _check_values(cfg, path, has_gpu):
@@ -231,54 +252,102 @@ def _check_monitors(cfg, path):
 
 
 def _check_with_deepspeed(cfg, path):
-    """DeepSpeed's own config model on the whole config: unknown keys and bad values inside a section."""
+    """DeepSpeed's own config model, one section at a time (so an error is named by the section it is in),
+    then on the whole: unknown keys and bad values inside a section."""
     from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError  # heavy: not for launch and sweep
     from pydantic import ValidationError
 
+    plain = {key: value for key, value in cfg.items() if not isinstance(value, dict)}
+    for section in [*(key for key, value in cfg.items() if isinstance(value, dict)), None]:
+        try:
+            DeepSpeedConfig(cfg if section is None else {**plain, section: cfg[section]})
+        except ValidationError as err:
+            first = err.errors()[0]
+            loc = [str(part) for part in first["loc"]]
+            if section is not None and loc[:1] != [section]:  # a section's model names keys inside it
+                loc.insert(0, section)
+            what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
+            raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
+        except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {reason}") from None
+
+
+# What DeepSpeed's engine pops from an Adam optimizer's params before it builds the optimizer (engine.py).
+ADAM_ENGINE_KEYS = ("torch_adam", "adam_w_mode", "fp32_optimizer_states")
+
+
+def _check_optimizer(cfg, path):
+    """The optimizer DeepSpeed's engine will build, built here on one parameter: its type must be one the
+    engine knows and its params what that optimizer takes (the engine would fail on every rank, late)."""
+    import torch  # heavy: not for launch and sweep
+    from deepspeed.runtime.config import ADAGRAD_OPTIMIZER, ADAM_OPTIMIZER, ADAMW_OPTIMIZER, DEEPSPEED_OPTIMIZERS
+
+    section = cfg.get("optimizer")
+    if not section:
+        return
+    name, params = section.get("type"), dict(section.get("params", {}))
+    known = isinstance(name, str) and (name.lower() in DEEPSPEED_OPTIMIZERS or _torch_class(torch.optim, name))
+    if not known:
+        raise UserError(f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
+                        f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD")
+    betas = params.get("betas", [0.9, 0.999])
+    if not (isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas)):
+        raise UserError(f"{path}: optimizer.params.betas must be two numbers such as [0.9, 0.999], not {betas!r}")
+    if name.lower() in (ADAM_OPTIMIZER, ADAMW_OPTIMIZER):  # judged by torch's AdamW, which checks the same values
+        cls, params = torch.optim.AdamW, {k: v for k, v in params.items() if k not in ADAM_ENGINE_KEYS}
+        params.pop("bias_correction", None)  # DeepSpeed's fused and CPU Adam take it, torch's does not
+    elif name.lower() == ADAGRAD_OPTIMIZER:
+        cls = torch.optim.Adagrad
+    elif name.lower() in DEEPSPEED_OPTIMIZERS:
+        return  # DeepSpeed's own kernels (LAMB, Lion, Muon, mup): built only with the engine
+    else:
+        cls = _torch_class(torch.optim, name)
     try:
-        DeepSpeedConfig(cfg)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = [str(part) for part in first["loc"]]
-        if loc and loc[0] not in cfg:  # a section's model reports keys relative to the section
-            loc[:0] = [key for key, value in cfg.items() if isinstance(value, dict) and loc[0] in value][:1]
-        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
-        raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
-    except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"{path}: DeepSpeed refuses it: {reason}") from None
+        cls([torch.nn.Parameter(torch.zeros(1))], **params)
+    except (TypeError, ValueError, IndexError, KeyError) as err:
+        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {_reason(err)}") from None
 
 
-def resume_plan(layout, batch, cfg, path):
-    """How checkpoint `path`, written as `layout` (a `checkpoint.Layout`), resumes with `batch` and the
-    config `cfg`; a UserError naming both sides where it cannot."""
-    stage, bits = zero_stage(cfg), precision(cfg)
-    if (layout.zero_stage, layout.precision) not in ((None, None), (stage, bits)):
-        raise UserError(f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
-                        f"DeepSpeed config has stage {stage} in {bits}; resume with the config it was written with")
-    if layout.world_size in (None, batch.world_size):
-        return Resume(AS_IS, batch)
-    old, new = ranks(layout.world_size), ranks(batch.world_size)
-    if layout.train_batch_size % (batch.micro * batch.world_size):
-        raise UserError(f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which {new} x "
-                        f"micro batch {batch.micro} cannot keep by accumulation; resume on {old}, or on a number "
-                        f"of ranks that divides {layout.train_batch_size // batch.micro}")
-    if layout.sharded and cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "nvme":
-        raise UserError(f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
-                        f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
-                        f"resume on {old}")
-    kept = replace(batch, accumulation=layout.train_batch_size // (batch.micro * batch.world_size))
-    return Resume(UNIVERSAL if layout.sharded else ACCUMULATE, kept)
+def _check_scheduler(cfg, path, learning_rate):
+    """The scheduler DeepSpeed's engine will build, built here on a one-parameter optimizer, with its "auto"
+    values given stand-ins (the run fills them from its length)."""
+    import torch  # heavy: not for launch and sweep
+    from deepspeed.runtime import lr_schedules
+
+    section = cfg.get("scheduler")
+    if not section:
+        return
+    name = section.get("type")
+    cls = (getattr(lr_schedules, name) if name in lr_schedules.VALID_LR_SCHEDULES else
+           _torch_class(torch.optim.lr_scheduler, name) if isinstance(name, str) else None)
+    if cls is None:
+        raise UserError(f"{path}: scheduler.type {name!r} is not one DeepSpeed recognises: one of "
+                        f"{', '.join(lr_schedules.VALID_LR_SCHEDULES)}, or a torch.optim.lr_scheduler class")
+    stand_ins = {"total_num_steps": 10, "warmup_num_steps": 1, "warmup_max_lr": learning_rate or 1e-3}
+    params = {k: stand_ins.get(k, 1) if v == "auto" else v for k, v in section.get("params", {}).items()}
+    quiet = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
+    level, _ = quiet.level, quiet.setLevel(logging.ERROR)
+    try:
+        cls(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=learning_rate or 1e-3), **params)
+    except (TypeError, ValueError, IndexError, KeyError, AssertionError) as err:
+        raise UserError(f"{path}: scheduler.params are not what {name} takes: {_reason(err)}") from None
+    finally:
+        quiet.setLevel(level)
 
 
-def ranks(n):
-    """'1 rank', '4 ranks': how messages count ranks."""
-    return f"{n} rank" if n == 1 else f"{n} ranks"
+def _torch_class(module, name):
+    """The class `name` in one of torch's modules, or None: DeepSpeed falls back to those by name."""
+    found = getattr(module, name, None)
+    return found if isinstance(found, type) else None
 
 
-def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir=".", resumed=None):
-    """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided;
-    `resumed` is the `checkpoint.Found` the run continues, if any."""
+def _reason(err):
+    return (str(err).splitlines() or [type(err).__name__])[0] or type(err).__name__
+
+
+def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="."):
+    """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
             raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
@@ -292,10 +361,10 @@ def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="
                            "train_micro_batch_size_per_gpu": batch.micro,
                            "gradient_accumulation_steps": batch.accumulation}, path)
     _check_monitors(cfg, path)
-    resume = resume_plan(resumed.layout, batch, cfg, resumed.path) if resumed is not None else None
     lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    return Settings(Path(path), json.dumps(cfg), resume.batch if resume else batch, lr, Path(output_dir) / "monitor",
-                    resume)
+    _check_optimizer(cfg, path)
+    _check_scheduler(cfg, path, lr)
+    return Settings(Path(path), MappingProxyType(cfg), batch, lr, Path(output_dir) / "monitor")
 
 
 def precision(cfg):

@@ -13,13 +13,14 @@ class UserError(Exception):
     exit_code = EXIT_USAGE
 
 
-def debug_requested():
-    """BERT_SQUAD_DEBUG: 1 shows tracebacks (as --debug does), 0 or unset does not; anything else is refused
-    rather than silently read as 0."""
+def debug_requested(args=(), strict=True):
+    """--debug among a command's `args`, or BERT_SQUAD_DEBUG=1: tracebacks and DeepSpeed's info logging. Any
+    other value than 0 or 1 is refused rather than silently read as 0 (`strict=False`: read as 0, for the
+    error path that reports it)."""
     value = os.environ.get("BERT_SQUAD_DEBUG", "0")
-    if value not in ("0", "1"):
+    if strict and value not in ("0", "1"):
         raise UserError(f"BERT_SQUAD_DEBUG={value}: use 1 (tracebacks and DeepSpeed's info logging) or 0")
-    return value == "1"
+    return "--debug" in args or value == "1"
 
 
 def exit_code(action, prog, debug=False):

@@ -31,7 +31,7 @@ def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     collate = Collator(pad_id, labels=False)
-    inputs = features.select_columns([c for c in Collator.KEYS if c in features.column_names])
+    inputs = features.select_columns(collate.columns(features))
     was_training = module.training
     module.eval()
     mine = {}

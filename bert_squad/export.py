@@ -35,7 +35,7 @@ def parse(argv):
 
 def run(args):
     """`bert-squad export`: write the Hugging Face model of a checkpoint."""
-    found = checkpoint.at(args.checkpoint)
+    found = checkpoint.intact_at(args.checkpoint)
     hf = found.path / checkpoint.HF_DIR
     if not (hf / "config.json").is_file():
         raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "

@@ -3,6 +3,7 @@ crash) sees the old file or the new one, never half of one."""
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from bert_squad.errors import UserError
@@ -25,11 +26,18 @@ def read_text(path, what="a text file"):
 
 def read_json(path, what="a JSON file"):
     """The parsed file, or a UserError that names the file and what is wrong with it."""
-    text = read_text(path, what)
+    return parse_json(read_text(path, what), path)
+
+
+def parse_json(text, where):
+    """`text` parsed, or a UserError naming `where` (a file, or file:line) and what is wrong with it."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+        raise UserError(f"{where}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested deeper than the parser allows ({sys.getrecursionlimit()} "
+                        f"levels)") from None
 
 
 def directory(path, given_as):

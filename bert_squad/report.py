@@ -8,7 +8,7 @@ import os
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bert_squad import distributed, dsconfig, perf
+from bert_squad import distributed, perf
 
 
 def log(dist, msg):
@@ -40,19 +40,6 @@ def plan_line(total_steps, steps_per_epoch, ds_config, device_name):
     return (f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
             f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
             f"device {device_name}")
-
-
-def resumed_line(found, step, resume, note):
-    """A resume's line: from where, and how a changed world size was met (`resume` is a `dsconfig.Resume`,
-    `note` what the universal conversion did)."""
-    line = f"resumed from {found.path} at step {step}"
-    if resume.action == dsconfig.AS_IS:
-        return line
-    how = f"universal checkpoint ({note})" if resume.action == dsconfig.UNIVERSAL else \
-        "optimizer state whole (ZeRO stage 0)"
-    old, new = dsconfig.ranks(found.layout.world_size), dsconfig.ranks(resume.batch.world_size)
-    return (f"{line}, written by {old}, on {new}: {how}, accumulation {resume.batch.accumulation} keeps the global batch of {resume.batch.size}; from here "
-            f"the batches and dropout differ from an uninterrupted run")
 
 
 def rates_line(step, total, lr, rates, device):

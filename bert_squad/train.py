@@ -1,10 +1,10 @@
 """The training job, as orchestration only: check -> build -> loop -> finish.
 
 `check` finds everything that can be wrong with the input before a process group starts or a file is
-written. `build` makes the run: the features and batch plan, the finished DeepSpeed config (`plan`), the
-engine and the resumed position. `loop` trains it, reading like nanoGPT's: one block per concern, each
+written. `build` makes the run: the features and batch plan, the finished DeepSpeed config (`plan_work`),
+the engine and the resumed position. `loop` trains it, reading like nanoGPT's: one block per concern, each
 under one condition. `finish` evaluates, exports and writes the final metrics, the file that says the run
-finished. `bert-squad config` stops after `plan` and prints the configuration instead of training.
+finished. `bert-squad config` stops after `plan_work` and prints the configuration instead of training.
 
 The command line imports this module only after its arguments parsed and `runtime.prepare` ran, so the
 libraries below load with the process set up, and `--help` loads none of them.
@@ -28,7 +28,7 @@ from deepspeed.accelerator import get_accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report, universal
+from bert_squad import cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report, resume
 from bert_squad.batching import BatchPlan, Collator
 from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, check_tokenizer, feature_report
@@ -42,17 +42,17 @@ class Inputs:
 
     cfg: config.RunConfig
     dist: distributed.DistEnv
-    deepspeed: dsconfig.Settings  # the DeepSpeed config for this world, all but the schedule
+    ds_settings: dsconfig.Settings  # the DeepSpeed config for this world, all but the schedule
     train_examples: data.Examples
     dev_examples: Optional[data.Examples]
     tokenizer: PreTrainedTokenizerFast
     module: PreTrainedModel  # the transformers QA model, before DeepSpeed wraps it
-    resume_from: Optional[checkpoint.Found]  # how it resumes: deepspeed.resume
-    about: checkpoint.About  # what the run's checkpoints record they are of
+    resuming: Optional[resume.Decision]  # the checkpoint it continues, and how
+    stamp: checkpoint.Stamp  # what the run's checkpoints record of it
 
 
 @dataclass(frozen=True)
-class Plan:
+class Work:
     """The run's work, fixed before the engine starts: features, who trains on which, and for how long."""
 
     features: datasets.Dataset  # train features, all columns
@@ -69,7 +69,7 @@ class Run:
     """A built run: what `loop` and `finish` work on."""
 
     inputs: Inputs
-    plan: Plan
+    work: Work
     device: torch.device
     engine: deepspeed.DeepSpeedEngine
     rows: datasets.Dataset  # the train features' model columns
@@ -102,10 +102,9 @@ def check(cfg):
     ds_path = dsconfig.locate(cfg.train.deepspeed_config)
     settings = dsconfig.settings(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
                                  has_gpu=get_accelerator().device_name() != "cpu",
-                                 learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir,
-                                 resumed=resume_from)
-    if settings.resume and settings.resume.action == dsconfig.UNIVERSAL:
-        universal.check_convertible(resume_from.path)
+                                 learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir)
+    resuming = resume.decide(resume_from, settings) if resume_from else None
+    settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)
     tokenizer = model.load_tokenizer(model_dir)
     check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
@@ -113,26 +112,27 @@ def check(cfg):
     module = model.load_qa_model(model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
-    about = checkpoint.about(cfg.data.model, module, tokenizer, cfg.windows)
+    stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, cfg.windows, settings)
     if resume_from:
-        checkpoint.check_matches(resume_from, about)
+        checkpoint.check_matches(resume_from, stamp)
         for line in resume_from.skipped:  # newer checkpoints passed over as damaged
             report.log(dist, line)
-    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resume_from, about)
+    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp)
 
 
-def plan(inputs):
+def plan_work(inputs):
     """Features (tokenized once, cached), the batch plan and the finished DeepSpeed config."""
     cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
-    features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, True, dist)
-    dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, False, dist)
-                    if inputs.dev_examples else None)
-    found = feature_report(inputs.train_examples, features)
-    report.log(dist, report.features_line(inputs.train_examples, found, windows, time.perf_counter() - t0))
+    features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=True,
+                              dist=dist)
+    dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=False,
+                                   dist=dist) if inputs.dev_examples else None)
+    counts = feature_report(inputs.train_examples, features)
+    report.log(dist, report.features_line(inputs.train_examples, counts, windows, time.perf_counter() - t0))
     if dev_features is not None:
         report.log(dist, report.eval_features_line(inputs.dev_examples, dev_features))
-    batch = inputs.deepspeed.batch
+    batch = inputs.ds_settings.batch
     batches = BatchPlan([len(x) for x in features["input_ids"]], batch.micro, dist.world_size, dist.rank,
                         cfg.train.seed, group_by_length=not cfg.speed.pad_to_max_length, accumulation=batch.accumulation)
     if len(features) < batch.size:
@@ -140,8 +140,8 @@ def plan(inputs):
                          f"each step repeats them to fill it")
     steps_per_epoch = len(batches) // batch.accumulation
     total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
-    ds_config = inputs.deepspeed.finish(total_steps, cfg.train.warmup_ratio)
-    return Plan(features, dev_features, found, batches, steps_per_epoch, total_steps, ds_config)
+    ds_config = inputs.ds_settings.finish(total_steps, cfg.train.warmup_ratio)
+    return Work(features, dev_features, counts, batches, steps_per_epoch, total_steps, ds_config)
 
 
 def build(inputs, device):
@@ -149,35 +149,23 @@ def build(inputs, device):
     cfg, dist = inputs.cfg, inputs.dist
     torch.manual_seed(cfg.train.seed + dist.rank)
     started = time.perf_counter()
-    work = plan(inputs)
+    work = plan_work(inputs)
     if dist.is_main:  # the exact config the engine gets, beside the run's metrics
-        write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text + "\n")
-    groups = model.param_groups(inputs.module, work.ds_config.as_dict().get("optimizer", {}).get("params", {})
-                                .get("weight_decay", 0.0))
+        write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
+    groups = model.param_groups(inputs.module, work.ds_config.weight_decay)
     engine, _, _, _ = deepspeed.initialize(model=inputs.module, config=work.ds_config.as_dict(),
                                            model_parameters=groups)
     if cfg.speed.compile:
         engine.compile()
-    progress = resume(engine, inputs) if inputs.resume_from else checkpoint.Progress()
-    columns = [c for c in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
-               if c in work.features.column_names]
+    progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
     collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
                        pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None)
     device_name = perf.device_name(device)
     peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
     report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
-    return Run(inputs, work, device, engine, work.features.select_columns(columns), collate, progress, meter, started)
-
-
-def resume(engine, inputs):
-    """The checkpoint's weights, optimizer state and position, loaded (from its universal conversion, made
-    now or before, where its ZeRO shards were written by another number of ranks)."""
-    found, plan, dist = inputs.resume_from, inputs.deepspeed.resume, inputs.dist
-    load_dir, tag, note = universal.prepare(found.path, plan, dist)
-    progress = checkpoint.load(engine, found, dist, (load_dir, tag))
-    report.log(dist, report.resumed_line(found, progress.step, plan, note))
-    return progress
+    return Run(inputs, work, device, engine, work.features.select_columns(collate.columns(work.features)), collate,
+               progress, meter, started)
 
 
 def optimizer_steps(run):
@@ -185,7 +173,7 @@ def optimizer_steps(run):
 
     `progress` is advanced as each step is handed out, so a checkpoint taken after the step resumes
     with exactly the next one."""
-    gas, work, progress = run.engine.gradient_accumulation_steps(), run.plan, run.progress
+    gas, work, progress = run.engine.gradient_accumulation_steps(), run.work, run.progress
     on_gpu = run.device.type == "cuda"
     while progress.step < work.total_steps:
         batches = work.batches.epoch(progress.epoch)[:work.steps_per_epoch * gas]
@@ -202,7 +190,7 @@ def optimizer_steps(run):
 
 def loop(run):
     """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint."""
-    engine, progress, total, device = run.engine, run.progress, run.plan.total_steps, run.device
+    engine, progress, total, device = run.engine, run.progress, run.work.total_steps, run.device
     train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
     with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
@@ -224,7 +212,7 @@ def loop(run):
             stopping = distributed.any_rank(stop.requested)
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
                 checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
-                                run.inputs.about)
+                                run.inputs.stamp)
             if stopping:
                 report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
                                  f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
@@ -236,9 +224,9 @@ def loop(run):
 def evaluate_now(run, output_dir=None):
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0."""
     inputs = run.inputs
-    if run.plan.dev_features is None:
+    if run.work.dev_features is None:
         return None
-    metrics = evaluate(run.engine.module, inputs.dev_examples, run.plan.dev_features, run.device,
+    metrics = evaluate(run.engine.module, inputs.dev_examples, run.work.dev_features, run.device,
                        inputs.tokenizer.pad_token_id, inputs.cfg.postprocess, inputs.dist, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
@@ -249,7 +237,7 @@ def evaluate_now(run, output_dir=None):
 
 def finish(run):
     """Final evaluation, the exported model, and last the metrics file that marks the run finished."""
-    inputs, work = run.inputs, run.plan
+    inputs, work = run.inputs, run.work
     dist, out = inputs.dist, Path(inputs.cfg.data.output_dir)
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
@@ -276,7 +264,7 @@ def print_config(cfg):
     says goes to stderr); nothing is trained."""
     with contextlib.redirect_stdout(sys.stderr):
         inputs = check(cfg)
-        work = plan(inputs)
+        work = plan_work(inputs)
     print(json.dumps({"run": dataclasses.asdict(cfg), "world_size": inputs.dist.world_size,
                       "train_features": len(work.features), "steps_per_epoch": work.steps_per_epoch,
                       "total_steps": work.total_steps, "deepspeed_config": work.ds_config.as_dict()}, indent=2))

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from conftest import tomllib  # noqa: E402
+from helpers import tomllib  # noqa: E402
 from pyxis import edf_to_pyxis, merged  # noqa: E402
 
 # Entry or table -> the TOML types the reference gives it (Python types of a parsed document).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import standin_runtime
-from conftest import ROOT
+from helpers import ROOT
 
 BUILD = ROOT / "tests" / "charliecloud_image.sh"
 MARKER = "/etc/bert-squad-ch-test-image"  # a file only the image has

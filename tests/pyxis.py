@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from slurm_cluster import make_root, require_slurm, single_node, slurm_conf
 from images import cached_image
 

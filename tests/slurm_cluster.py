@@ -27,18 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_port
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "scancel", "squeue")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE"}
 OWNER = "owner.pid"  # in a cluster's folder: the pid of the test session that runs it
 MUNGE_SOCKETS = Path("/run")  # munged wants every folder above its socket searchable by all: not pytest's tmp
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _which(name):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bert_squad.checkpoint import checkpoint_root
-from conftest import ROOT
+from helpers import ROOT
 
 GENERIC = ROOT / "slurm" / "generic.sbatch"
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")

@@ -2,7 +2,7 @@
 
     python tests/state_tap.py DUMP_DIR <bert-squad training arguments>
 
-Right before each `checkpoint.save` and right after each `checkpoint.load`, rank 0 writes what the
+Right before each `checkpoint.save` and right after each `resume.load`, rank 0 writes what the
 engine holds: every parameter's fp32 master weight and Adam moments (whole, gathered from the ranks),
 the learning rate, DeepSpeed's step count, the param groups' weight decay and the run's progress,
 to DUMP_DIR/{saved,loaded}-step<N>.pt. The real training runs; nothing is replaced.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bert_squad import checkpoint, cli
+from bert_squad import checkpoint, cli, resume
 
 
 def full_state(engine):
@@ -49,16 +49,16 @@ def dump(engine, dist, progress, kind):
                     "progress": dataclasses.asdict(progress)}, DUMPS / f"{kind}-step{progress.step}.pt")
 
 
-_save, _load = checkpoint.save, checkpoint.load
+_save, _load = checkpoint.save, resume.load
 
 
-def save(engine, output_dir, progress, keep, dist, about):
+def save(engine, output_dir, progress, keep, dist, stamp):
     dump(engine, dist, progress, "saved")
-    return _save(engine, output_dir, progress, keep, dist, about)
+    return _save(engine, output_dir, progress, keep, dist, stamp)
 
 
-def load(engine, found, dist, source=None):
-    progress = _load(engine, found, dist, source)
+def load(engine, decision, dist):
+    progress = _load(engine, decision, dist)
     dump(engine, dist, progress, "loaded")
     return progress
 
@@ -66,5 +66,5 @@ def load(engine, found, dist, source=None):
 if __name__ == "__main__":
     DUMPS = Path(sys.argv[1])
     DUMPS.mkdir(parents=True, exist_ok=True)
-    checkpoint.save, checkpoint.load = save, load
+    checkpoint.save, resume.load = save, load
     sys.exit(cli.main(sys.argv[2:]))

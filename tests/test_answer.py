@@ -10,7 +10,7 @@ import pytest
 from bert_squad.answer import Answerer
 from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import read_squad
-from conftest import PYTHON, ROOT
+from helpers import PYTHON, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -98,11 +98,12 @@ def test_rich_output_shows_question_and_answer(tiny_model, tmp_path):
 
 
 BAD_LINES = {
-    "not JSON": ('{"question": "Who?"', "questions.jsonl:2: not JSON"),
+    "not JSON": ('{"question": "Who?"', "questions.jsonl:2: malformed JSON at line 1"),
     "not an object": ('["Who?", "Ada"]', "questions.jsonl:2: a line is a JSON object"),
     "no context": ('{"question": "Who?"}', "questions.jsonl:2: field 'context' should be a non-empty string"),
     "empty question": ('{"question": "  ", "context": "Ada"}', "questions.jsonl:2: field 'question' should be"),
     "repeated id": ('{"question": "Who?", "context": "Ada", "id": 1}', "questions.jsonl: id '1' repeats"),
+    "nested too deep": ("[" * 100_000 + "]" * 100_000, "questions.jsonl:2: JSON nested deeper than the parser allows"),
 }
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.cli import main
-from conftest import run_bert_squad
+from helpers import run_bert_squad
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.data import read_squad
 from bert_squad.errors import UserError
@@ -96,7 +96,33 @@ CASES = {
                              ("--peak-tflops", "0"), ("--null-score-diff-threshold", "nan")]},
     "windows longer than the model": (lambda w: ["--max-seq-length", "1024"],
                                       r"--max-seq-length 1024: \S+ takes at most 512 tokens"),
+    # What only DeepSpeed's engine would check, on every rank and after the output dir was made.
+    "an optimizer DeepSpeed lacks": (lambda w: ["--deepspeed_config", w("c.json", with_section(
+        "optimizer", {"type": "Adamm", "params": {"lr": 1e-4}}))], r"c.json: optimizer.type 'Adamm' is not one "
+                                                                   r"DeepSpeed builds: one of adagrad, adam, adamw"),
+    "a scheduler DeepSpeed lacks": (lambda w: ["--deepspeed_config", w("c.json", with_section(
+        "scheduler", {"type": "WarmupLinear", "params": {}}))], r"c.json: scheduler.type 'WarmupLinear' is not one "
+                                                                r"DeepSpeed recognises: one of LRRangeTest"),
+    "betas of one number": (lambda w: ["--deepspeed_config", w("c.json", with_section(
+        "optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9], "torch_adam": True}}))],
+        r"c.json: optimizer.params.betas must be two numbers such as \[0.9, 0.999\], not \[0.9\]"),
+    "an optimizer param it does not take": (lambda w: ["--deepspeed_config", w("c.json", with_section(
+        "optimizer", {"type": "SGD", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}}))],
+        r"c.json: optimizer.params are not what SGD takes: .*'betas'"),
+    "a scheduler param it does not take": (lambda w: ["--deepspeed_config", w("c.json", with_section(
+        "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": 10}}))],
+        r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'"),
+    # JSON nested deeper than Python's parser goes (a RecursionError traceback, once).
+    "a data file nested too deep": (lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
+                                    r"t.json: JSON nested deeper than the parser allows"),
+    "a config nested too deep": (lambda w: ["--deepspeed_config", w("c.json", "[" * 100_000 + "]" * 100_000)],
+                                 r"c.json: JSON nested deeper than the parser allows"),
 }
+
+
+def with_section(name, section):
+    """The shipped fp32 config with one section replaced."""
+    return {**json.loads((CONFIG_DIR / "ds_fp32.json").read_text()), name: section}
 CPU_ONLY = ("fp16 on CPU",)  # on a GPU host fp16 trains (tests/test_gpu.py)
 
 

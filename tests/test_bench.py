@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import PYTHON, ROOT
+from helpers import PYTHON, ROOT
 
 pytestmark = pytest.mark.slow
 

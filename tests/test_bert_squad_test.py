@@ -10,7 +10,7 @@ import pytest
 
 from bert_squad import metrics
 from bert_squad.bert_squad_test import predicted_offsets
-from conftest import PYTHON, ROOT
+from helpers import PYTHON, ROOT
 
 SCRIPT = Path(PYTHON).parent / "bert-squad-test"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import standin_runtime
-from conftest import ROOT, Started
+from helpers import ROOT, Started
 from images import MARKER_TEXT, cached_image, ch_train_args, interpreter_dirs, probe_env, probes
 from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 

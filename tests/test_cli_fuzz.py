@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_squad import cli
-from conftest import PYTHON, ROOT
+from helpers import PYTHON, ROOT
 
 NEVER = {"--submit", "--download-only", "--debug", "--compile", "--help", "-h"}
 TEMP_MARKS = (".tmp", ".export-", ".write-test-", ".universal-")

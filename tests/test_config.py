@@ -86,7 +86,7 @@ def test_deepspeed_judges_the_keys(tmp_path):
                              (("tensorboard", {"enabled": "maybe"}), "tensorboard.enabled: input should be a valid "
                                                                     "boolean"),
                              (("optimizer", "AdamW"), "'optimizer' and its 'params' must be JSON objects"),
-                             (("elasticity", {}), "DeepSpeed refuses it: Elastic training has been removed")):
+                             (("elasticity", {}), "elasticity: DeepSpeed refuses it: Elastic training has been removed")):
         with pytest.raises(UserError, match=f"^{p}: {message}") as err:
             settings(dict(valid, **dict([section])), p, world_size=1, has_gpu=False)
         assert "\n" not in str(err.value)

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 CONTAINERS = ROOT / "containers"
 DOCKERFILE = CONTAINERS / "Dockerfile"

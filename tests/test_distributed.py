@@ -5,7 +5,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import MPIRUN, PYTHON, launcher_env
+from helpers import MPIRUN, PYTHON, launcher_env
 
 from bert_squad.distributed import detect, job_port, started_by_launcher
 from bert_squad.errors import UserError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_bert_squad
+from helpers import run_bert_squad
 from hub_server import hub
 
 pytestmark = pytest.mark.slow

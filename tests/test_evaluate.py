@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bert_squad.metrics import question_ids
-from conftest import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
+from helpers import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
 from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
-from conftest import MPIRUN, decode_spans, run_bert_squad
+from helpers import MPIRUN, decode_spans, run_bert_squad
 from tiny_models import FAMILIES, HIDDEN, LAYERS, build_tiny_model
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """Sliding-window features: every label maps back to the answer's exact characters."""
 
 import pytest
-from conftest import decode_spans, shared_squad
+from helpers import decode_spans, shared_squad
 
 from bert_squad.data import read_squad
 from bert_squad.config import WindowConfig

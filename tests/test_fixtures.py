@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import slurm_cluster as sc
-from conftest import Started
+from helpers import Started
 
 
 def _fails_to_start(start):

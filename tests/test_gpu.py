@@ -15,11 +15,11 @@ import re
 
 import pytest
 
-from conftest import PYTHON, ROOT, Started, free_port, gpu_count, run_bert_squad
+from helpers import PYTHON, ROOT, TINY_WINDOWS, Started, free_port, gpu_count, run_bert_squad
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-WINDOWS = ["--max-seq-length", 128, "--doc-stride", 32, "--max-query-length", 24]
+WINDOWS = TINY_WINDOWS
 
 
 def _visible_gpus_variable():

@@ -13,7 +13,7 @@ from bert_squad.cli import main
 from bert_squad.config import WindowConfig
 from bert_squad.dsconfig import SHIPPED_DIR, locate
 from bert_squad.errors import UserError
-from conftest import run_bert_squad
+from helpers import run_bert_squad
 
 
 def test_default_stride_follows_the_window_length():

@@ -14,7 +14,7 @@ import pytest
 from bert_squad import cache, cli, preemption
 from bert_squad.cluster import launch
 from ce_srun import expanded, problems
-from conftest import PYTHON, ROOT, put_in_hub_cache, tomllib
+from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
 from slurm_jobs import finished, stored_script, submitting_env
 
 SITES = ("daint", "daint-uenv", "lumi", "generic")

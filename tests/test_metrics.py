@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.metrics import exact_match, f1, normalize_answer, score, score_v1, score_v2
-from conftest import PYTHON, official_module, random_predictions, run_official, shared_oracle, shared_squad
+from helpers import PYTHON, official_module, random_predictions, run_official, shared_oracle, shared_squad
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One program run per example, each example a batch of many generated datasets. No shrinking (each

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
+from helpers import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
 from slurm_jobs import LAUNCHERS, finished, job_env, resuming_script, submit, wait_for_log, wait_for_requeue
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags

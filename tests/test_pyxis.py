@@ -20,7 +20,7 @@ import pytest
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.runtime import OFFLINE_VARS as IMAGE_OFFLINE
-from conftest import PYTHON, ROOT, run_bert_squad
+from helpers import PYTHON, ROOT, run_bert_squad
 from hub_server import hub
 from images import MARKER_TEXT, cached_image, ch_train_args, interpreter_dirs, probe_env, probes
 from pyxis import pyxis_cluster, pyxis_image  # noqa: F401  (fixtures)

@@ -5,7 +5,7 @@ import os
 import signal
 
 import pytest
-from conftest import MPIRUN, PYTHON, Started, launcher_env, run_bert_squad
+from helpers import MPIRUN, PYTHON, TINY_WINDOWS, Started, assert_same_weights, launcher_env, run_bert_squad
 from safetensors.torch import load_file
 
 from bert_squad.checkpoint import MARKER, checkpoint_root, complete_tags, find
@@ -13,7 +13,7 @@ from bert_squad.preemption import EXIT_STOPPED
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--no-eval",
+ARGS = [*TINY_WINDOWS, "--no-eval",
         "--learning-rate", "1e-3", "--max-steps", "16"]
 
 
@@ -86,10 +86,15 @@ def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample
 
 
 def test_resume_auto_without_checkpoint_starts_fresh(tiny_model, sample_train, tmp_path):
-    out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
-                       "--cache-dir", tmp_path / "cache", "--resume", "auto", *ARGS[:-2], "--max-steps", 2)
-    assert r.returncode == 0 and "resumed" not in r.stdout
+    """With nothing to resume, `--resume auto` is a fresh run: the same weights as one without it."""
+    runs = {}
+    for name, extra in (("auto", ["--resume", "auto"]), ("fresh", [])):
+        runs[name] = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir",
+                                    tmp_path / name, "--cache-dir", tmp_path / "cache", *extra, *ARGS[:-2],
+                                    "--max-steps", 2)
+        assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    assert_same_weights(tmp_path / "auto", tmp_path / "fresh")
+    assert not (tmp_path / "auto" / "checkpoints").exists()
 
 
 @pytest.mark.mpi

@@ -14,17 +14,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import MPIRUN, PYTHON, ROOT, run_bert_squad, zero_on_cpu
-from safetensors.torch import load_file
+from helpers import (MPIRUN, PYTHON, ROOT, TINY_WINDOWS, assert_same_weights, free_port, run_bert_squad,
+                     tiny_run_args, zero_on_cpu)
 
-from bert_squad import checkpoint, dsconfig, universal
-from bert_squad.distributed import _free_port as free_port
+from bert_squad import checkpoint, dsconfig, resume
+
 from bert_squad.checkpoint import MARKER, Layout, checkpoint_root
 from bert_squad.errors import UserError
 
 TAP = ROOT / "tests" / "state_tap.py"
-WINDOWS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24"]
-ARGS = [*WINDOWS, "--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2",
+ARGS = ["--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2",
         "--resume", "auto"]
 CONFIGS = ["ds_fp32", "ds_bf16", "zero2_bf16", "zero3_bf16"]
 CHAIN = [(2, 2), (1, 4), (2, 6)]  # (ranks, --max-steps) of three runs: 2 ranks -> 1 rank -> 2 ranks
@@ -45,13 +44,7 @@ def tapped(dumps, *args, ranks=1):
 
 
 def train_args(model, train, out, config):
-    return ["--model", model, "--train-file", train, "--output-dir", out, "--cache-dir", Path(out).parent / "cache",
-            "--deepspeed_config", config, *ARGS]
-
-
-def same_weights(a, b):
-    a, b = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return tiny_run_args(model, train, out, "--deepspeed_config", config, *ARGS)
 
 
 # --- the world-size decision (pure) ---------------------------------------------------------------
@@ -60,27 +53,32 @@ DS = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "t
       "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
 
 
-def batch(world):
-    return dsconfig.Batch(micro=16, accumulation=1, world_size=world)
+def settings(world, ds=DS):
+    """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world)."""
+    return dsconfig.settings({k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world,
+                             has_gpu=False)
 
 
 @pytest.mark.parametrize("layout, world, expected", [
-    (Layout(2, 32, 1, 2, "bf16", True), 2, (dsconfig.AS_IS, 1)),
-    (Layout(4, 64, 1, 2, "bf16", True), 2, (dsconfig.UNIVERSAL, 2)),
-    (Layout(1, 32, 2, 2, "bf16", True), 2, (dsconfig.UNIVERSAL, 1)),
-    (Layout(4, 64, 1, None, None, False), 2, (dsconfig.ACCUMULATE, 2)),  # an older marker: stage 0 by its files
-    (Layout(), 3, (dsconfig.AS_IS, 1)),  # a marker without a world size: as before
+    (Layout(2, 32, 1, 2, "bf16", True), 2, (resume.AS_IS, 16, 1)),
+    (Layout(4, 64, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 2)),  # shrinking: accumulation
+    (Layout(1, 32, 2, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 1)),
+    (Layout(1, 16, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 8, 1)),  # growing past the batch: a smaller micro
+    (Layout(1, 48, 3, 2, "bf16", True), 4, (resume.UNIVERSAL, 12, 1)),
+    (Layout(4, 64, 1, None, None, False), 2, (resume.WHOLE, 16, 2)),  # an older marker: stage 0 by its files
+    (Layout(), 3, (resume.AS_IS, 16, 1)),  # a marker without a world size: as before
 ])
-def test_the_plan_for_a_world_size(layout, world, expected):
-    plan = dsconfig.resume_plan(layout, batch(world), DS, "ckpt")
-    assert (plan.action, plan.batch.accumulation) == expected
-    if plan.action != dsconfig.AS_IS:
-        assert plan.batch.size == layout.train_batch_size
+def test_the_decision_for_a_world_size(layout, world, expected, tmp_path):
+    decision = resume.decide(checkpoint.Resumable(tmp_path, layout), settings(world))
+    batch = decision.settings.batch
+    assert (decision.action, batch.micro, batch.accumulation) == expected
+    if decision.action != resume.AS_IS:
+        assert batch.size == layout.train_batch_size and batch.world_size == world
 
 
 @pytest.mark.parametrize("layout, world, ds, reason", [
-    (Layout(1, 32, 2, 2, "bf16", True), 3, DS, "written by 1 rank with a global batch of 32, which 3 ranks x micro "
-                                               "batch 16 cannot keep by accumulation; resume on 1 rank, or"),
+    (Layout(1, 32, 2, 2, "bf16", True), 3, DS, "written by 1 rank with a global batch of 32, which 3 ranks cannot "
+                                               "split evenly; resume on a number of ranks that divides 32"),
     (Layout(2, 32, 1, 0, "fp32", False), 1, DS, "written with ZeRO stage 0 in fp32, this run's DeepSpeed config "
                                                 "has stage 2 in bf16"),
     (Layout(2, 32, 1, 2, "bf16", True), 1, dict(DS, zero_optimization={"stage": 2, "offload_optimizer": {
@@ -88,19 +86,18 @@ def test_the_plan_for_a_world_size(layout, world, expected):
 ])
 def test_what_cannot_resume_is_refused_in_one_line(layout, world, ds, reason, tmp_path):
     with pytest.raises(UserError, match=f"^{tmp_path}: ") as err:
-        dsconfig.resume_plan(layout, batch(world), ds, tmp_path)
+        resume.decide(checkpoint.Resumable(tmp_path, layout), settings(world, ds))
     assert reason in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_config_for_a_conversion(tmp_path):
     """The finished config of a resume through a universal checkpoint: the checkpoint's global batch by
-    accumulation, and DeepSpeed told to load a universal checkpoint; checking the checkpoint can take the
-    conversion leaves nothing in it."""
-    found = checkpoint.Found(tmp_path, Layout(2, 32, 1, 2, "bf16", True))
-    done = dsconfig.settings(DS, "c.json", world_size=1, has_gpu=False, resumed=found).finish(10, 0.1).as_dict()
+    accumulation, and DeepSpeed told to load a universal checkpoint; checking that the checkpoint can take
+    the conversion leaves nothing in it."""
+    decision = resume.decide(checkpoint.Resumable(tmp_path, Layout(2, 32, 1, 2, "bf16", True)), settings(1))
+    done = decision.settings.finish(10, 0.1).as_dict()
     assert (done["gradient_accumulation_steps"], done["train_batch_size"]) == (2, 32)
     assert done["checkpoint"] == {"load_universal": True} and DS.get("checkpoint") is None
-    universal.check_convertible(tmp_path)
     assert not list(tmp_path.iterdir())  # its probe of the checkpoint dir is gone
 
 
@@ -123,10 +120,10 @@ def fake_checkpoint(path, step=2):
 ])
 def test_damage_names_the_file(harm, problem, tmp_path):
     path = fake_checkpoint(tmp_path / "step00000002")
-    assert checkpoint.damage(path) is None
+    assert checkpoint.describe_damage(path) is None
     harm(path / "mp_rank_00_model_states.pt")
-    assert checkpoint.damage(path) == problem
-    assert (checkpoint.damage(path, read=False) is None) == ("checksum" in problem)  # sizes only: no read
+    assert checkpoint.describe_damage(path) == problem
+    assert (checkpoint.describe_damage(path, read=False) is None) == ("checksum" in problem)  # sizes only: no read
 
 
 def test_resume_auto_passes_over_damaged_checkpoints(tmp_path):
@@ -210,6 +207,27 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
 
 @pytest.mark.slow
 @pytest.mark.mpi
+def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_path):
+    """ZeRO-2 on 1 rank (micro batch 16, no accumulation), resumed on 2 ranks: the global batch of 16 is kept
+    by a micro batch of 8, the shards go through a universal checkpoint, the state loads as saved, and the
+    run finishes."""
+    config, out, dumps, logs = ds_config("zero2_bf16", tmp_path), tmp_path / "out", tmp_path / "dumps", []
+    for ranks, steps in [(1, 2), (2, 4)]:
+        r = tapped(dumps, *train_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
+        assert r.returncode == 0, r.stderr[-3000:]
+        logs.append(r.stdout)
+    assert ("written by 1 rank, on 2 ranks: universal checkpoint (converted in" in logs[1] and
+            "micro batch 8 x accumulation 1 keeps the global batch of 16" in logs[1]), logs[1][-3000:]
+    saved, loaded = (torch.load(dumps / f"{kind}-step2.pt") for kind in ("saved", "loaded"))
+    assert all(torch.equal(a, b) for name, tensors in saved["tensors"].items()
+               for a, b in zip(tensors, loaded["tensors"][name]))
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 16, 4)
+    assert metrics["deepspeed_config"]["train_micro_batch_size_per_gpu"] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_the_resumed_runs_finish_and_export(chain):
     metrics = json.loads((chain.out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 32, 6)
@@ -227,7 +245,7 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
     export = tmp_path / "export"
     r = run_bert_squad("export", "--checkpoint", checkpoint_root(chain.out), "--output-dir", export, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert same_weights(export, chain.out)
+    assert_same_weights(export, chain.out)
     assert json.loads((export / "config.json").read_text()) == json.loads((chain.out / "config.json").read_text())
     tok = AutoTokenizer.from_pretrained(export)
     enc = tok("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
@@ -237,7 +255,7 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
     if chain.name != "zero3_bf16":
         return
     r = run_bert_squad("evaluate", "--model-dir", export, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
-                       "--cache-dir", tmp_path / "cache", *WINDOWS, timeout=300)
+                       "--cache-dir", tmp_path / "cache", *TINY_WINDOWS, timeout=300)
     assert r.returncode == 0 and '"exact_match"' in r.stdout, r.stderr[-3000:]
     answers = [run_bert_squad("answer", "--model-dir", d, "--question", "Where was Ada Novak born?", "--context",
                               "Ada Novak was born in Lugano in 1834.", "--json", timeout=300) for d in (export, chain.out)]
@@ -249,13 +267,13 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
 def test_a_conversion_is_reused_and_redone_when_damaged(chain):
     path = checkpoint_root(chain.out) / "step00000004"  # converted when the third run resumed it on 2 ranks
     if not chain.name.startswith("zero"):
-        assert not (path / universal.DIR).exists()  # ZeRO-0 resumed as it was: nothing converted
+        assert not (path / resume.DIR).exists()  # ZeRO-0 resumed as it was: nothing converted
         return
-    assert universal.convert_once(path) == "reused its conversion"
-    (path / universal.DIR / "zero" / "optimizer_state.pt").unlink()
-    note = universal.convert_once(path)
+    assert resume.convert_once(path) == "reused its conversion"
+    (path / resume.DIR / "zero" / "optimizer_state.pt").unlink()
+    note = resume.convert_once(path)
     assert note.startswith("converted in") and "damaged: zero/optimizer_state.pt is missing" in note
-    assert checkpoint.damage(path / universal.DIR) is None
+    assert checkpoint.describe_damage(path / resume.DIR) is None
     assert not list(path.glob(".universal-*"))
 
 
@@ -309,7 +327,7 @@ def test_a_damaged_checkpoint_is_passed_over(damage, two_checkpoints, tiny_model
     assert line.startswith(f"{damaged}: damaged checkpoint: {name} ") and line.endswith("resuming from step00000002 "
                                                                                            "instead"), line
     assert f"resumed from {checkpoint_root(out)}/step00000002 at step 2" in r.stdout
-    assert same_weights(out, two_checkpoints.direct)
+    assert_same_weights(out, two_checkpoints.direct)
 
 
 # --- bad input: one line, exit 2, nothing written --------------------------------------------------
@@ -367,4 +385,4 @@ def test_a_conversion_into_a_read_only_checkpoint_is_refused(two_checkpoints, ti
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
     assert f"{source}: resuming it on another number of ranks converts" in r.stderr
     assert "cannot be written (Read-only file system)" in r.stderr
-    assert not (source / universal.DIR).exists() and not (tmp_path / "out").exists()
+    assert not (source / resume.DIR).exists() and not (tmp_path / "out").exists()

@@ -12,7 +12,7 @@ import pytest
 
 from bert_squad.errors import UserError
 from bert_squad import score
-from conftest import PYTHON, ROOT, random_predictions, run_official, sample_path, shared_squad
+from helpers import PYTHON, ROOT, random_predictions, run_official, sample_path, shared_squad
 
 
 def run_score(*args):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from slurm_jobs import (GENERIC, LAUNCHERS, TRAINING, finished, job_env, resuming_script, submit, wait_for_log,
                         wait_for_requeue, warn_when_training)
 from standin_runtime import RANK_ENV

@@ -13,13 +13,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
 LAYERS = [
     # foundations: no project imports
-    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport"},
+    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands"},
     {"files", "metrics", "distributed", "runtime", "model"},  # files, scores, ranks, loading
     {"cache"},  # the cache layout
     {"config", "features", "checkpoint"},  # typed options; things the run is made of
     {"data", "dsconfig"},
-    {"report", "universal"},
-    {"evaluate", "download", "score", "export", "cluster.summarize"},
+    {"report"},
+    {"evaluate", "download", "score", "export", "resume", "cluster.summarize"},
     {"train", "answer", "cluster.launch"},  # commands
     {"bert_squad_test", "cluster.sweep"},  # commands built on commands
     {"cli"},  # the entry

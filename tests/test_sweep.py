@@ -12,7 +12,7 @@ import pytest
 from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
 from bert_squad.errors import UserError
-from conftest import ROOT
+from helpers import ROOT
 from slurm_jobs import job_env, paused, stored_script, submitting_env
 
 

@@ -6,11 +6,11 @@ import math
 import re
 
 import pytest
-from conftest import MPIRUN, ROOT, ds_config, put_in_hub_cache, run_bert_squad, zero_on_cpu
+from helpers import MPIRUN, ROOT, TINY_WINDOWS, put_in_hub_cache, run_bert_squad, zero_on_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
-TINY_ARGS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24", "--log-every", "5"]
+TINY_ARGS = [*TINY_WINDOWS, "--log-every", "5"]
 
 
 def losses(stdout):

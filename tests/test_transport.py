@@ -7,7 +7,7 @@ import re
 import pytest
 
 from bert_squad import transport
-from conftest import ROOT
+from helpers import ROOT
 
 LINES = ROOT / "tests" / "nccl_debug_lines.txt"
 

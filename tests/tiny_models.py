@@ -23,7 +23,7 @@ HIDDEN, LAYERS, HEADS = 32, 2, 2
 
 
 def sample_texts():
-    from conftest import sample_path
+    from helpers import sample_path
 
     texts = []
     for name in ("train-v1.1.json", "dev-v1.1.json", "dev-v2.0.json"):

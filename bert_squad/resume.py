@@ -1,0 +1,170 @@
+"""Resuming a checkpoint in this run's world, with one owner: how it resumes, the conversion it needs, and
+the position it continues from.
+
+`decide` compares how a checkpoint was written (`checkpoint.Layout`) with this run's DeepSpeed settings:
+- the same world size: as it is;
+- another world size, ZeRO stage 0: the optimizer state is whole in one file every rank loads, so it
+  loads as it is (WHOLE);
+- another world size, ZeRO 1-3: the optimizer state is split by rank (DeepSpeed's zero_pp_rank files),
+  which DeepSpeed refuses on another world; its universal checkpoint code (deepspeed/checkpoint/
+  ds_to_universal.py, run here in-process) turns the shards into one fp32 weight and Adam moment file per
+  parameter, which a run with `checkpoint.load_universal` partitions for its own world (UNIVERSAL).
+Either way the checkpoint's global batch is kept (`dsconfig.Batch.keeping`: accumulation first, a smaller
+micro batch where the world grew); a batch that cannot be split over the ranks, another ZeRO stage or
+precision, or an optimizer offloaded to NVMe (DeepSpeed loads no universal checkpoint then) is refused
+in one line before any rank starts.
+
+The conversion is done once, by rank 0, into `step<N>/universal/` inside the checkpoint (written under a
+temporary name, then renamed, with its own file list in a `complete` marker); later resumes reuse it.
+`load` restores the engine and random state (`checkpoint.load`) and rescales the data position into this
+world's micro batches.
+"""
+
+import contextlib
+import io
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from bert_squad import checkpoint, distributed, dsconfig, report
+from bert_squad.errors import UserError
+
+AS_IS, WHOLE, UNIVERSAL = "as is", "whole", "universal"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How the checkpoint a run continues resumes in this world, and the settings the run takes for it."""
+
+    found: checkpoint.Resumable
+    action: str  # AS_IS, WHOLE or UNIVERSAL
+    settings: dsconfig.Settings  # the run's, with the checkpoint's global batch kept
+
+
+def ranks(n):
+    """'1 rank', '4 ranks': how messages count ranks."""
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def decide(found, settings):
+    """How `found` resumes with `settings` in their world; a UserError naming both sides where it cannot."""
+    layout, batch, path = found.layout, settings.batch, found.path
+    if (layout.zero_stage, layout.precision) not in ((None, None), (settings.zero_stage, settings.precision)):
+        raise UserError(f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
+                        f"DeepSpeed config has stage {settings.zero_stage} in {settings.precision}; resume with "
+                        f"the config it was written with")
+    if layout.world_size in (None, batch.world_size):
+        return Decision(found, AS_IS, settings)
+    old = ranks(layout.world_size)
+    kept = batch.keeping(layout.train_batch_size)
+    if kept is None:
+        raise UserError(f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which "
+                        f"{ranks(batch.world_size)} cannot split evenly; resume on a number of ranks that "
+                        f"divides {layout.train_batch_size}")
+    offload = settings.checked.get("zero_optimization", {}).get("offload_optimizer", {}).get("device")
+    if layout.sharded and offload == "nvme":
+        raise UserError(f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
+                        f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
+                        f"resume on {old}")
+    if layout.sharded and not _converted(path):
+        _check_writable(path)
+    action = UNIVERSAL if layout.sharded else WHOLE
+    return Decision(found, action, settings.resuming(kept, load_universal=action == UNIVERSAL))
+
+
+def load(engine, decision, dist):
+    """The checkpoint's weights, optimizer state, random state and position, loaded (from its universal
+    conversion, made now or before, where that is how it resumes); says so in the log."""
+    found, batch = decision.found, decision.settings.batch
+    load_dir, tag, note = _source(decision, dist)
+    progress = checkpoint.load(engine, found, dist, (load_dir, tag))
+    old = found.layout
+    if decision.action != AS_IS:  # the same optimizer steps, counted in this world's micro batches
+        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * batch.accumulation
+    line = f"resumed from {found.path} at step {progress.step}"
+    if decision.action != AS_IS:
+        how = f"universal checkpoint ({note})" if decision.action == UNIVERSAL else "optimizer state whole (ZeRO stage 0)"
+        line += (f", written by {ranks(old.world_size)}, on {ranks(batch.world_size)}: {how}, micro batch {batch.micro} "
+                 f"x accumulation {batch.accumulation} keeps the global batch of {batch.size}; from here the batches "
+                 f"and dropout differ from an uninterrupted run")
+    report.log(dist, line)
+    return progress
+
+
+DIR = "universal"  # the conversion's directory inside the checkpoint
+
+
+def _converted(path):
+    return (Path(path) / DIR / checkpoint.MARKER).is_file()
+
+
+def _check_writable(path):
+    probe = Path(path) / f".write-test-{os.getpid()}"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{path}: resuming it on another number of ranks converts its ZeRO optimizer shards "
+                        f"into a universal checkpoint inside it, and it cannot be written ({err.strerror}); "
+                        f"copy the checkpoint somewhere writable and resume from the copy") from None
+
+
+def _source(decision, dist):
+    """(directory, tag, note) DeepSpeed loads from: the checkpoint itself, or its universal conversion, made by
+    rank 0 (or reused) while the other ranks wait; `note` says which."""
+    path = Path(decision.found.path)
+    if decision.action != UNIVERSAL:
+        return path.parent, path.name, ""
+    outcome = None
+    if dist.is_main:
+        try:
+            outcome = ("ok", convert_once(path))
+        except UserError as err:
+            outcome = ("error", str(err))
+    status, note = distributed.broadcast_from_rank0(outcome)
+    if status == "error":
+        raise UserError(note)
+    return path, DIR, note
+
+
+def convert_once(path):
+    """Convert the checkpoint at `path` into `path/universal` unless an intact conversion is there; says which."""
+    target, redone = Path(path) / DIR, ""
+    if _converted(path):
+        problem = checkpoint.describe_damage(target)
+        if problem is None:
+            return "reused its conversion"
+        shutil.rmtree(target)
+        redone = f"; the one there was damaged: {problem}"
+    tmp = Path(path) / f".{DIR}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        t0 = time.perf_counter()
+        _ds_to_universal(path, tmp / DIR)
+        checkpoint.write_marker(tmp / DIR, {}, checkpoint.manifest(tmp / DIR))
+        seconds = time.perf_counter() - t0
+        with contextlib.suppress(OSError):  # another job converted it meanwhile: theirs is as good
+            os.replace(tmp / DIR, target)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write its universal conversion ({err.strerror or err})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return f"converted in {seconds:.1f} s{redone}"
+
+
+def _ds_to_universal(path, out):
+    """DeepSpeed's converter, in this process (one worker: no process pool forked from a rank), quiet."""
+    from deepspeed.checkpoint import ds_to_universal  # heavy: only a resume that converts needs it
+
+    args = SimpleNamespace(input_folder=str(path), output_folder=str(out), num_extract_workers=1,
+                           num_merge_workers=1, keep_temp_folder=False, strict=True,
+                           inject_missing_state=True)  # stage 1-2 checkpoints of a plain model lack its info
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            ds_to_universal.main(args)
+    except Exception as err:  # whatever the converter trips on, it is why this checkpoint does not convert
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{path}: DeepSpeed cannot convert it to a universal checkpoint: {reason}") from None

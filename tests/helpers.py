@@ -1,0 +1,284 @@
+"""Helpers the tests share, imported by name (`from helpers import ...`): paths, the real CLI run as a
+process that cannot outlive its test, tiny-run arguments, configs, the official scripts as oracles, and
+the checks several tests make (the same weights, a free port)."""
+
+import functools
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib  # Python 3.11+
+except ModuleNotFoundError:  # 3.9 and 3.10: the same parser as a package (setup.cfg's test extra)
+    import tomli as tomllib  # noqa: F401
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+SHARED_SQUAD = ROOT.parent / "shared" / "data" / "squad"
+
+
+SHARED_ORACLES = ROOT.parent / "shared" / "oracles"
+
+
+PYTHON = sys.executable
+
+
+def sample_path(name):
+    """A file of the shipped sample (tools/make_sample.py generates it)."""
+    return ROOT / "bert_squad" / "sample" / name
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_count():
+    """CUDA or ROCm devices torch sees here (ROCm builds answer through torch.cuda too)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def shared_squad(name):
+    """A file of ../shared/data/squad, or skip (tests that call it are in the `oracle` tier)."""
+    path = SHARED_SQUAD / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent (real SQuAD data lives in ../shared beside the clone)")
+    return path
+
+
+def shared_oracle(version):
+    """The official SQuAD evaluation script `evaluate-v<version>.py` ("1.1" or "2.0"), or skip.
+
+    They live in ../shared/oracles beside the clone (CI has it) and are never copied into the repo; tests
+    that call this are in the `oracle` tier.
+    """
+    path = SHARED_ORACLES / f"evaluate-v{version}.py"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the official SQuAD evaluation scripts (test oracles) live in "
+                    "../shared/oracles beside the clone")
+    return path
+
+
+_OFFICIAL_MODULES = {}
+
+
+def official_module(version):
+    """The official script for `version` loaded as a module (its per-answer functions, or skip)."""
+    if version not in _OFFICIAL_MODULES:
+        import importlib.util
+
+        path = shared_oracle(version)
+        spec = importlib.util.spec_from_file_location(f"official_squad_v{version.replace('.', '_')}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _OFFICIAL_MODULES[version] = module
+    return _OFFICIAL_MODULES[version]
+
+
+def run_official(version, data_file, pred_file, na_prob_file=None, na_prob_thresh=None):
+    """Run `python evaluate-v<version>.py DATA PRED [-n NA] [-t T]` (or skip); its stdout JSON, parsed.
+
+    Keys keep the script's order, so `json.dumps` of the result is the line `bert-squad score` must print.
+    """
+    cmd = [PYTHON, str(shared_oracle(version)), str(data_file), str(pred_file)]
+    if na_prob_file is not None:
+        cmd += ["--na-prob-file", str(na_prob_file)]
+    if na_prob_thresh is not None:
+        cmd.append(f"--na-prob-thresh={float(na_prob_thresh)!r}")  # "=": a negative value is no option
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr}"
+    return json.loads(done.stdout)
+
+
+def random_predictions(squad, seed):
+    """Answers a model might give on real data: references, context slices, "", confidences."""
+    rng = random.Random(seed)
+    preds, na = {}, {}
+    for article in squad["data"]:
+        for para in article["paragraphs"]:
+            ctx = para["context"]
+            for q in para["qas"]:
+                r = rng.random()
+                if r < 0.3 and q["answers"]:
+                    preds[q["id"]] = rng.choice(q["answers"])["text"]
+                elif r < 0.45:
+                    preds[q["id"]] = ""
+                else:
+                    i = rng.randrange(len(ctx))
+                    preds[q["id"]] = ctx[i:i + rng.randrange(1, 60)]
+                na[q["id"]] = round(rng.random(), 2)  # rounded: ties, as real confidences have
+    return preds, na
+
+
+def decode_spans(examples, tokenizer, win, features):
+    """Character spans of the labelled tokens, recomputed from the tokenizer's offsets."""
+    from bert_squad.features import _tokenize
+
+    batch = {"question": [r["question"] for r in examples.records],
+             "context": [r["context"] for r in examples.records]}
+    enc = _tokenize(batch, tokenizer, win)
+    assert len(enc["input_ids"]) == len(features)
+    spans = []
+    for i, feat in enumerate(features):
+        s, e = feat["start_positions"], feat["end_positions"]
+        ex = examples.records[enc["overflow_to_sample_mapping"][i]]
+        assert feat["example_index"] == enc["overflow_to_sample_mapping"][i]
+        if s:
+            assert enc.sequence_ids(i)[s] == 1 and enc.sequence_ids(i)[e] == 1
+            spans.append((ex, ex["context"][enc["offset_mapping"][i][s][0]:enc["offset_mapping"][i][e][1]]))
+    return spans
+
+
+def ds_config(tmp_path, shipped, drop=(), **sections):
+    """A shipped DeepSpeed config with `drop`ped and replaced top-level sections, written into `tmp_path`."""
+    cfg = json.loads((ROOT / "configs" / f"{shipped}.json").read_text())
+    for key in drop:
+        cfg.pop(key)
+    cfg.update(sections)
+    path = tmp_path / f"{shipped}-{'-'.join([*drop, *sections]) or 'as-shipped'}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def zero_on_cpu(tmp_path, stage, bf16=False):
+    """ds_zero2 or ds_zero3 as shipped, its fp16 (which needs a GPU) swapped for fp32 or bf16: ZeRO on the
+    CPU. ZeRO-3 partitions every parameter (threshold 0), even the tiny model's smallest ones."""
+    sections = {"bf16": {"enabled": True}} if bf16 else {}
+    if stage == 3:
+        zero = json.loads((ROOT / "configs" / "ds_zero3.json").read_text())["zero_optimization"]
+        sections["zero_optimization"] = dict(zero, stage3_param_persistence_threshold=0)
+    return ds_config(tmp_path, f"ds_zero{stage}", drop=["fp16"], **sections)
+
+
+class Started:
+    """A process a test starts: its own process group, stdout and stderr in files (nothing to block on),
+    and the whole group killed on the way out of the `with`, whatever happened inside it."""
+
+    def __init__(self, cmd, folder, env=None, cwd=ROOT):
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.cmd, self.stdout_file, self.stderr_file = list(map(str, cmd)), folder / "stdout", folder / "stderr"
+        with open(self.stdout_file, "wb") as out, open(self.stderr_file, "wb") as err:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+                                         env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+                                         start_new_session=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+    @property
+    def stdout(self):
+        return self.stdout_file.read_text(errors="replace")
+
+    @property
+    def stderr(self):
+        return self.stderr_file.read_text(errors="replace")
+
+    def seen(self):
+        return f"{' '.join(self.cmd)}\n--- stdout:\n{self.stdout[-3000:]}\n--- stderr:\n{self.stderr[-3000:]}"
+
+    def wait_for(self, pattern, timeout=300):
+        """Until stdout matches `pattern` (a regex); fails with the output when the process ends first or
+        the deadline passes. Returns the match."""
+        deadline = time.monotonic() + timeout
+        while not (found := re.search(pattern, self.stdout)):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.returncode} before printing {pattern!r}: {self.seen()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} not printed within {timeout}s: {self.seen()}")
+            time.sleep(0.1)
+        return found
+
+    def wait(self, timeout):
+        """The exit code; fails with the output if the process is still running after `timeout` seconds."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout}s: {self.seen()}") from None
+
+    def kill(self):
+        """SIGKILL to the whole group (a launcher's ranks too), then reap the leader."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=60)
+
+
+def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
+    """Run the real CLI (optionally under a launcher such as mpirun) to its end; its group is killed after."""
+    import tempfile
+
+    env = {**launcher_env(launcher), **(env or {})}
+    with tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder, \
+            Started([*launcher, PYTHON, "-m", "bert_squad", *args], folder, env=env, cwd=cwd) as proc:
+        code = proc.wait(timeout)
+        return subprocess.CompletedProcess(proc.cmd, code, proc.stdout, proc.stderr)
+
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+
+
+def launcher_env(launcher):
+    """mpirun's ranks on one host meet at MASTER_PORT, by default a fixed port that test sessions running
+    side by side on a shared machine would collide on: a free one instead."""
+    return {"MASTER_PORT": str(free_port())} if launcher else {}
+
+
+def put_in_hub_cache(hub_cache, repo_id, model_dir, revision="0" * 40):
+    """`model_dir`'s files as hub model `repo_id` in a Hugging Face hub cache, in the documented layout
+    (refs/main names the snapshot; files are blobs linked from it), as `snapshot_download` leaves it."""
+    import hashlib
+
+    repo = Path(hub_cache) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for f in Path(model_dir).iterdir():
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / f.name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def free_port():
+    """A port nothing listens on now: mpirun's rendezvous, a test Slurm's daemons."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def tiny_run_args(model, train, out, *extra, cache=None):
+    """The arguments of a short training run of the tiny model: short windows, the cache beside the output
+    dir unless given, then `extra` (steps, config, evaluation: each test's own)."""
+    return ["--model", str(model), "--train-file", str(train), "--output-dir", str(out),
+            "--cache-dir", str(cache or Path(out).parent / "cache"), *TINY_WINDOWS, *map(str, extra)]
+
+
+TINY_WINDOWS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24"]
+
+
+def assert_same_weights(a, b):
+    """Two saved models (directories with model.safetensors) hold the same tensors, bit for bit."""
+    import torch  # heavy: only the tests that train import it
+    from safetensors.torch import load_file
+
+    x, y = load_file(str(Path(a) / "model.safetensors")), load_file(str(Path(b) / "model.safetensors"))
+    assert x.keys() == y.keys(), sorted(set(x) ^ set(y))
+    different = [k for k in x if not torch.equal(x[k], y[k])]
+    assert not different, f"{a} and {b} differ in {different[:5]}"
