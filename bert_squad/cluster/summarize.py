@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 
 from bert_squad import config, outputs
-from bert_squad.preemption import EXIT_STOPPED
 from bert_squad.errors import UserError
 from bert_squad.preemption import EXIT_STOPPED
 from bert_squad.files import read_json, write_text_atomic
