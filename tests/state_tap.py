@@ -52,9 +52,9 @@ def dump(engine, dist, progress, kind):
 _save, _load = checkpoint.save, resume.load
 
 
-def save(engine, output_dir, progress, keep, dist, stamp):
+def save(engine, output_dir, progress, keep, dist, *args, **kwargs):
     dump(engine, dist, progress, "saved")
-    return _save(engine, output_dir, progress, keep, dist, stamp)
+    return _save(engine, output_dir, progress, keep, dist, *args, **kwargs)
 
 
 def load(engine, decision, dist):
