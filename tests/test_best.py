@@ -25,7 +25,7 @@ def test_two_ranks_zero3_keep_the_best_steps_model(tiny_model, sample_train, sam
     """Five evaluated steps on 2 ranks under ZeRO-3 (parameters partitioned): the recorded best is the first
     step with the highest F1, and `evaluate` of the model left in --output-dir scores exactly that."""
     out = tmp_path / "out"
-    r, metrics = train(tiny_model, sample_train, sample_dev, out, "--max-steps", 5, "--learning-rate", "3e-3",
+    r, metrics = train(tiny_model, sample_train, sample_dev, out, "--max-steps", 5, "--learning-rate", "3e-2",
                        "--keep-best", "--deepspeed_config", zero_on_cpu(tmp_path, 3), launcher=MPIRUN)
     f1s = [(e["step"], e["f1"]) for e in metrics["evals"]]
     assert [s for s, _ in f1s] == [1, 2, 3, 4, 5]

@@ -131,11 +131,11 @@ def test_a_dead_rank_does_not_hang_the_others(tiny_model, sample_train, tmp_path
 @pytest.mark.cpu  # two ranks on one host: its CPU
 def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_step(tiny_model, sample_train,
                                                                                    tmp_path):
-    """Only rank 0 gets SIGUSR1 (after step 3); rank 1 learns of it at a stop check, and both checkpoint the same
+    """Only rank 0 gets SIGUSR1 (after step 12); rank 1 learns of it at a stop check, and both checkpoint the same
     step and exit 75. The ranks look at steps they agree on ahead, so the project's all-reduces (counted by
     tests/reduce_tap.py) are far fewer than the steps trained, and fall on the same steps on both ranks."""
     out, calls = tmp_path / "out", tmp_path / "calls.json"
-    cmd = [PYTHON, ROOT / "tests" / "reduce_tap.py", calls, "--signal-at-step", 3, "--model", tiny_model,
+    cmd = [PYTHON, ROOT / "tests" / "reduce_tap.py", calls, "--signal-at-step", 12, "--model", tiny_model,
            "--train-file", sample_train, "--output-dir", out, "--cache-dir", tmp_path / "cache", *ARGS[:-2],
            "--max-steps", 100000, "--log-every", 100000]
     common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
@@ -144,7 +144,7 @@ def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_st
         assert [first.wait(timeout=600), second.wait(timeout=600)] == [EXIT_STOPPED] * 2, (first.seen(), second.seen())
         assert "stop requested (signal 10)" in first.stdout
     step = int(re.search(r"checkpoint at step (\d+) saved", first.stdout).group(1))
-    assert complete_tags(checkpoint_root(out)) == [f"step{step:08d}"] and step > 3
+    assert complete_tags(checkpoint_root(out)) == [f"step{step:08d}"] and step > 12
     seen = [json.loads((tmp_path / f"calls.json.rank{rank}").read_text()) for rank in (0, 1)]
     assert seen[0] == seen[1] and seen[0][-1] == step, seen
     assert len(seen[0]) < step / 2, seen  # the first step, then one look about every 10 s of training
