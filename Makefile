@@ -63,9 +63,9 @@ demo: $(STAMP)
 
 # Two pytest sessions side by side: the cluster tiers spend much of their time waiting on Slurm (job starts,
 # time limits, node timeouts, KillWait), the rest is CPU. Beside the rest, one background line installs the
-# compat environment, runs the cluster tiers and then the compat tests (the cluster tiers end first). Every
-# session always runs, and any one failing fails the target.
-CLUSTER_TIERS := slurm or multinode or container
+# compat environment, runs the cluster tiers with the benchmarks' tests (CPU work in Slurm's waits), and then
+# the compat tests. Every session always runs, and any one failing fails the target.
+CLUSTER_TIERS := slurm or multinode or container or bench
 test: system-deps ch-image pyxis $(STAMP)
 	@echo "cluster tiers, then compat, running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
 	rm -f $(VENV)/test-clusters.rc $(VENV)/test-compat.rc; \

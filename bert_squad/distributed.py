@@ -43,9 +43,12 @@ def job_port(job_id):
     """The rendezvous port of a job, derived from its id (Slurm's job id, or the PMIx namespace mpirun gives
     all its ranks) so two jobs sharing a node do not collide.
 
-    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port."""
+    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port. It stays
+    below Linux's default range of ephemeral ports (32768-60999): a port in it can be taken by any outgoing
+    connection first, a rank's own connection to the rendezvous included (a TCP self-connect, which leaves
+    rank 0 unable to listen and the others waiting on themselves)."""
     key = int(job_id) if str(job_id).isdigit() else zlib.crc32(str(job_id).encode())
-    return 20000 + key % 20000
+    return 20000 + key % 12000
 
 
 # Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.

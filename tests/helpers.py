@@ -278,10 +278,17 @@ def put_in_hub_cache(hub_cache, repo_id, model_dir, revision="0" * 40):
 
 
 def free_port():
-    """A port nothing listens on now: mpirun's rendezvous, a test Slurm's daemons."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, for mpirun's rendezvous and a test Slurm's daemons: from 10000-19999, below
+    the jobs' own ports (distributed.job_port) and the kernel's ephemeral range, where any outgoing connection
+    (a rank's own to the rendezvous included) could take it before it is listened on."""
+    while True:
+        port = random.randrange(10000, 20000)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
 
 
 def tiny_run_args(model, train, out, *extra, cache=None):

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from helpers import PYTHON, ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
 def throughput(*args):
