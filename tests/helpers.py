@@ -282,7 +282,7 @@ def free_port():
     the jobs' own ports (distributed.job_port) and the kernel's ephemeral range, where any outgoing connection
     (a rank's own to the rendezvous included) could take it before it is listened on."""
     while True:
-        port = random.randrange(10000, 20000)
+        port = random.SystemRandom().randrange(10000, 20000)  # not the seeded global one: runs in-process seed it
         with socket.socket() as s:
             try:
                 s.bind(("", port))
