@@ -2,18 +2,25 @@
 """Feature building (tokenization into sliding windows) in questions/s, with 1 and with 2 worker processes
 (--preprocessing-workers), on a file of at least --questions questions made of copies of a SQuAD file.
 
-Each count builds the features from scratch into its own empty cache, as a run's rank 0 does; the cache files
-must come out identical. Prints a table and, as its last line, one JSON object.
+N workers run on N cores: each count runs in a fresh process allowed only those cores, so the tokenizer's
+own thread pool is sized to them too (one process alone on the machine spreads its tokenizer threads over
+every core, which is not one core's rate). That figure, one process with every core, is printed first, as
+the reference a single process reaches. Each count builds the features from scratch into its own empty
+cache, as a run's rank 0 does; the cache files must come out identical. Prints a table and, as its last
+line, one JSON object.
 
     python bench/preprocessing.py --train-file ../shared/data/squad/train-v1.1-head.json
     python bench/preprocessing.py --train-file F --model DIR --workers 1 2 4 8
 """
 
 import argparse
+import hashlib
 import json
+import multiprocessing
 import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from throughput import minilm_dir
@@ -28,15 +35,31 @@ def copies(train_file, questions):
     return Examples([dict(r, id=f"{r['id']}-{k}") for k in range(n) for r in records], f"{n} x {train_file}", False)
 
 
-def build(examples, tokenizer, windows, workers, cache_dir):
-    """(seconds, cache file bytes) of building the train features with `workers` processes."""
-    from bert_squad.features import build_features
+def build(args, workers, cpus, cache_dir):
+    """Seconds to build the train features with `workers` processes, in a process confined to `cpus` before
+    it loads the tokenizer."""
+    os.sched_setaffinity(0, cpus)
+    import datasets
 
+    from bert_squad.config import WindowConfig
+    from bert_squad.features import build_features
+    from bert_squad.model import load_tokenizer
+
+    datasets.disable_progress_bars()
+    tokenizer = load_tokenizer(args.model or minilm_dir())
+    examples = copies(args.train_file, args.questions)
     t0 = time.perf_counter()
-    build_features(examples, tokenizer, windows, cache_dir, train=True, workers=workers)
-    seconds = time.perf_counter() - t0
-    (cache_file,) = (Path(cache_dir) / "features").iterdir()
-    return seconds, cache_file.read_bytes()
+    build_features(examples, tokenizer, WindowConfig(args.max_seq_length), cache_dir, train=True, workers=workers)
+    return len(examples), time.perf_counter() - t0
+
+
+def measure(args, workers, cpus):
+    """(questions, seconds, sha256 of the cache file) of one count, in a fresh process."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+            questions, seconds = fresh.submit(build, args, workers, cpus, cache_dir).result()
+        (cache_file,) = (Path(cache_dir) / "features").iterdir()
+        return questions, seconds, hashlib.sha256(cache_file.read_bytes()).hexdigest()
 
 
 def main():
@@ -47,27 +70,21 @@ def main():
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--max-seq-length", type=int, default=384)
     args = p.parse_args()
-    import datasets
 
-    from bert_squad.config import WindowConfig
-    from bert_squad.model import load_tokenizer
-
-    datasets.disable_progress_bars()
-    tokenizer = load_tokenizer(args.model or minilm_dir())
-    windows = WindowConfig(args.max_seq_length)
-    examples = copies(args.train_file, args.questions)
+    cores = sorted(os.sched_getaffinity(0))
     rates, caches = {}, set()
-    for workers in args.workers:
-        with tempfile.TemporaryDirectory() as cache_dir:
-            seconds, cache = build(examples, tokenizer, windows, workers, cache_dir)
-        rates[workers], _ = len(examples) / seconds, caches.add(cache)
-        print(f"{workers:3d} workers: {len(examples)} questions in {seconds:6.1f} s = {rates[workers]:7.0f} questions/s",
-              flush=True)
+    for workers, label in [(1, "all cores")] + [(w, None) for w in args.workers]:
+        cpus = cores if label else cores[:workers]
+        questions, seconds, cache = measure(args, workers, cpus)
+        rates[label or workers], _ = questions / seconds, caches.add(cache)
+        print(f"{workers:3d} workers on {label or f'{len(cpus)} core(s)':10s}: {questions} questions in {seconds:6.1f} s "
+              f"= {questions / seconds:7.0f} questions/s", flush=True)
     if len(caches) != 1:
         raise SystemExit("preprocessing: the cached features differ between worker counts")
-    first = args.workers[0]
-    print(json.dumps({"questions": len(examples), "cores": len(os.sched_getaffinity(0)),
+    one_process, first = rates.pop("all cores"), args.workers[0]
+    print(json.dumps({"questions": questions, "cores": len(cores),
                       "questions_per_second": {str(w): r for w, r in rates.items()},
+                      "one_process_all_cores": one_process,
                       "speedup": {str(w): r / rates[first] for w, r in rates.items()}}))
 
 

@@ -230,7 +230,7 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     info, text = finished(c, job, log)
     assert_ok(info, text)
     assert f"{len(c.nodes)} node(s), {size} rank(s), nodes node[1-{len(c.nodes)}]" in text, text[:2000]
-    assert re.search(rf"rank 0/{size} .* master node1:{20000 + int(job) % 20000}$", text, re.M), text[-3000:]
+    assert re.search(rf"rank 0/{size} .* master node1:{job_port(job)}$", text, re.M), text[-3000:]
     assert_spans_nodes(text, size)
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
