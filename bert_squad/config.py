@@ -237,11 +237,12 @@ def training_options():
     return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
 
 
-def add_options(parser, cls, several=()):
+def add_options(parser, cls, several=(), without=()):
     """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
-    (a command that builds one `cls` for each of several inputs)."""
+    (a command that builds one `cls` for each of several inputs), those in `without` are not offered (a
+    command they mean nothing to: they keep their defaults)."""
     group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
-    for f in dataclasses.fields(cls):
+    for f in (f for f in dataclasses.fields(cls) if f.name not in without):
         opt = _option(f)
         meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep")}
         if opt.type is bool:
@@ -254,7 +255,7 @@ def add_options(parser, cls, several=()):
 
 def from_args(cls, args):
     """`cls` built from the parsed namespace: its `__post_init__` checks run here, once."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name, f.default) for f in dataclasses.fields(cls)})
 
 
 def training_parser():

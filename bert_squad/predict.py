@@ -16,7 +16,7 @@ def parse(argv):
     p = parser("bert-squad predict", run.__doc__,
                lambda p: p.add_argument("--input", required=True,
                                         help="SQuAD JSON (v1.1 or v2.0 shape); answers optional"))
-    config.add_options(p, config.PostprocessConfig)
+    config.add_options(p, config.PostprocessConfig, without=("lang",))  # nothing is scored
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
     return args, config.from_args(config.WindowConfig, args), config.from_args(config.PostprocessConfig, args)

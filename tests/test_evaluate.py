@@ -141,3 +141,15 @@ def test_evaluate_several_files_prints_a_row_each_and_the_mean(tiny_model, sampl
                        "--lang", "de", "zh", "ar", "--output-dir", tmp_path / "x")
     assert r.returncode == 2 and r.stderr.strip().endswith("--lang: give one language, or one for each of the 2 "
                                                            "--eval-file")
+
+
+def test_predict_offers_no_scoring_language_and_evaluate_does():
+    """`predict` scores nothing, so --lang would do nothing there: it is refused, not silently ignored."""
+    from bert_squad import evaluate, predict
+    from bert_squad.errors import UserError
+
+    common = ["--model-dir", "m", "--output-dir", "o", "--lang", "de"]
+    with pytest.raises(UserError, match="unrecognized arguments: --lang de"):
+        predict.parse([*common, "--input", "f.json"])
+    _, _, (postprocess,) = evaluate.parse([*common, "--eval-file", "f.json"])
+    assert postprocess.lang == "de"
