@@ -18,9 +18,25 @@ def _reason(err):
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
+def _check_model_type(model_dir):
+    """A family newer than the installed transformers (ModernBERT before 4.48) fails in its tokenizer with a
+    message about the tokenizer file, or in its config with a paragraph: name the real cause, in one line."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    try:
+        model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # no readable config: the loaders say what is wrong with the directory
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+        raise UserError(f"{model_dir}: model type '{model_type}' is unknown to transformers "
+                        f"{transformers.__version__}: a newer transformers has it (docs/models.md)")
+
+
 def load_tokenizer(model_dir):
     from transformers import AutoTokenizer  # heavy: not for the commands that load no model
 
+    _check_model_type(model_dir)
     # Any failure to read a user's directory (missing files, a slow-only tokenizer needing protobuf or
     # sentencepiece, malformed JSON) is a problem with that directory, said in one line.
     try:
@@ -43,6 +59,7 @@ def load_qa_model(model_dir):
     import transformers  # heavy: not for the commands that load no model
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
+    _check_model_type(model_dir)
     try:
         config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:

@@ -29,6 +29,9 @@ BROKEN = {
     "malformed config": (lambda d: (d / "config.json").write_text('{"model_type": "bert",'), "config.json"),
     "corrupt tokenizer.json": (lambda d: (d / "tokenizer.json").write_text('{"version": "1.0", "model": 3}'),
                                "cannot load a tokenizer"),
+    "a family newer than transformers": (lambda d: (d / "config.json").write_text(json.dumps(
+        dict(json.loads((d / "config.json").read_text()), model_type="bert-of-2031"))),
+        "model type 'bert-of-2031' is unknown to transformers"),
     "another architecture": (lambda d: (d / "config.json").write_text(json.dumps(
         {"model_type": "vit", "architectures": ["ViTForQuestionAnswering"], "hidden_size": 32})),
         "cannot load model weights"),
