@@ -21,7 +21,7 @@ def _reason(err):
 def _check_model_type(model_dir):
     """A family newer than the installed transformers (ModernBERT before 4.48) fails in its tokenizer with a
     message about the tokenizer file, or in its config with a paragraph: name the real cause, in one line."""
-    import transformers
+    import transformers  # heavy: not for the commands that load no model
     from transformers import CONFIG_MAPPING
 
     try:
