@@ -70,6 +70,8 @@ def main():
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--max-seq-length", type=int, default=384)
     args = p.parse_args()
+    if min(args.workers) < 1 or args.questions < 1:
+        p.error("--workers and --questions must be positive")
 
     cores = sorted(os.sched_getaffinity(0))
     rates, caches = {}, set()
@@ -89,4 +91,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from bert_squad.errors import UserError
+
+    try:
+        main()
+    except UserError as err:  # a bad --train-file or --model, raised in the measuring process
+        raise SystemExit(f"preprocessing: {err}") from None
