@@ -73,17 +73,20 @@ def main():
     if min(args.workers) < 1 or args.questions < 1:
         p.error("--workers and --questions must be positive")
 
-    cores = sorted(os.sched_getaffinity(0))
-    rates, caches = {}, set()
-    for workers, label in [(1, "all cores")] + [(w, None) for w in args.workers]:
-        cpus = cores if label else cores[:workers]
+    cores, caches = sorted(os.sched_getaffinity(0)), set()
+
+    def rate(workers, cpus, where):
         questions, seconds, cache = measure(args, workers, cpus)
-        rates[label or workers], _ = questions / seconds, caches.add(cache)
-        print(f"{workers:3d} workers on {label or f'{len(cpus)} core(s)':10s}: {questions} questions in {seconds:6.1f} s "
-              f"= {questions / seconds:7.0f} questions/s", flush=True)
+        caches.add(cache)
+        print(f"{workers:3d} workers on {where:10s}: {questions} questions in {seconds:6.1f} s = "
+              f"{questions / seconds:7.0f} questions/s", flush=True)
+        return questions, questions / seconds
+
+    questions, one_process = rate(1, cores, "all cores")
+    rates = {w: rate(w, cores[:w], f"{len(cores[:w])} core(s)")[1] for w in args.workers}
     if len(caches) != 1:
         raise SystemExit("preprocessing: the cached features differ between worker counts")
-    one_process, first = rates.pop("all cores"), args.workers[0]
+    first = args.workers[0]
     print(json.dumps({"questions": questions, "cores": len(cores),
                       "questions_per_second": {str(w): r for w, r in rates.items()},
                       "one_process_all_cores": one_process,

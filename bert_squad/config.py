@@ -242,6 +242,7 @@ def add_options(parser, cls, several=(), without=()):
     (a command that builds one `cls` for each of several inputs), those in `without` are not offered (a
     command they mean nothing to: they keep their defaults)."""
     group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
+    parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(cls) if f.name in without})
     for f in (f for f in dataclasses.fields(cls) if f.name not in without):
         opt = _option(f)
         meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep")}
@@ -255,7 +256,7 @@ def add_options(parser, cls, several=(), without=()):
 
 def from_args(cls, args):
     """`cls` built from the parsed namespace: its `__post_init__` checks run here, once."""
-    return cls(**{f.name: getattr(args, f.name, f.default) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 def training_parser():
