@@ -1,5 +1,5 @@
 """Helpers the tests share, imported by name (`from helpers import ...`): paths, the real CLI run as a
-process that cannot outlive its test, tiny-run arguments, configs, the official scripts as oracles, and
+process that cannot outlive its test, tiny-run arguments, configs, real data beside the checkout, and
 the checks several tests make (the same weights, a free port)."""
 
 import functools
@@ -28,9 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_SQUAD = ROOT.parent / "shared" / "data" / "squad"
 
 
-SHARED_ORACLES = ROOT.parent / "shared" / "oracles"
-
-
 PYTHON = sys.executable
 
 
@@ -47,24 +44,20 @@ def gpu_count():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+HARDWARE_CAUSE = "this host's hardware: "
+
+
+def skip_for_hardware(reason):
+    """Skip because of what this machine is (no GPU, a GPU, no bf16): the one cause of a skip that a run which
+    must run everything accepts (conftest.py); every other cause fails such a run."""
+    pytest.skip(HARDWARE_CAUSE + reason)
+
+
 def shared_squad(name):
     """A file of ../shared/data/squad, or skip (tests that call it are in the `oracle` tier)."""
     path = SHARED_SQUAD / name
     if not path.exists():
         pytest.skip(f"{path} is absent (real SQuAD data lives in ../shared beside the clone)")
-    return path
-
-
-def shared_oracle(version):
-    """The official SQuAD evaluation script `evaluate-v<version>.py` ("1.1" or "2.0"), or skip.
-
-    They live in ../shared/oracles beside the clone (CI has it) and are never copied into the repo; tests
-    that call this are in the `oracle` tier.
-    """
-    path = SHARED_ORACLES / f"evaluate-v{version}.py"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: the official SQuAD evaluation scripts (test oracles) live in "
-                    "../shared/oracles beside the clone")
     return path
 
 
@@ -78,46 +71,6 @@ def shared_xquad(lang):
     if not path.exists():
         pytest.skip(f"{path} is absent (XQuAD lives in ../shared beside the clone)")
     return path
-
-
-def mlqa_oracle():
-    """MLQA's official evaluation script (../shared/oracles; an oracle only, never copied here), or skip."""
-    path = SHARED_ORACLES / "mlqa_evaluation_v1.py"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: MLQA's official evaluation script (a test oracle) lives in "
-                    "../shared/oracles beside the clone")
-    return path
-
-
-_OFFICIAL_MODULES = {}
-
-
-def official_module(version):
-    """The official script for `version` loaded as a module (its per-answer functions, or skip)."""
-    if version not in _OFFICIAL_MODULES:
-        import importlib.util
-
-        path = shared_oracle(version)
-        spec = importlib.util.spec_from_file_location(f"official_squad_v{version.replace('.', '_')}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _OFFICIAL_MODULES[version] = module
-    return _OFFICIAL_MODULES[version]
-
-
-def run_official(version, data_file, pred_file, na_prob_file=None, na_prob_thresh=None):
-    """Run `python evaluate-v<version>.py DATA PRED [-n NA] [-t T]` (or skip); its stdout JSON, parsed.
-
-    Keys keep the script's order, so `json.dumps` of the result is the line `bert-squad score` must print.
-    """
-    cmd = [PYTHON, str(shared_oracle(version)), str(data_file), str(pred_file)]
-    if na_prob_file is not None:
-        cmd += ["--na-prob-file", str(na_prob_file)]
-    if na_prob_thresh is not None:
-        cmd.append(f"--na-prob-thresh={float(na_prob_thresh)!r}")  # "=": a negative value is no option
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr}"
-    return json.loads(done.stdout)
 
 
 def random_predictions(squad, seed):
