@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from helpers import gpu_count, sample_path
+from helpers import HARDWARE_CAUSE, gpu_count, sample_path, skip_for_hardware
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,9 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # --- tiers ---------------------------------------------------------------------------------------------
 # The markers are declared in setup.cfg (--strict-markers). A run that must run everything (CI, which runs
 # .ci/run with CI=true, or BERT_SQUAD_REQUIRE_ALL=1) turns every skip into a failure that names its reason,
-# except in the tiers that depend on the machine's hardware rather than on its set-up: `gpu` on a CPU host,
-# `cpu` on a GPU host. Root, the Debian packages and ../shared are set-up: `make test` as root provides them.
-HARDWARE_TIERS = ("gpu", "cpu")
+# except a skip whose cause is the machine's hardware (helpers.skip_for_hardware: no GPU for the `gpu` tier,
+# a GPU for the `cpu` tier, one GPU for two ranks). Root, mpirun, the Debian and Python packages and
+# ../shared are set-up, not hardware: `make test` as root provides them, and their absence fails such a run.
 
 
 def require_all():
@@ -37,6 +37,14 @@ _TIERS = pytest.StashKey[frozenset]()
 
 def pytest_configure(config):
     config.stash[_REQUIRE_ALL] = require_all()
+    if config.stash[_REQUIRE_ALL]:
+        # A fresh clone has no example database, so a rare counterexample drawn by chance would be a flake:
+        # a run that must run everything draws the same examples each time (other runs keep drawing new ones).
+        # Loaded before the test modules are imported, so their own @settings inherit it.
+        from hypothesis import settings
+
+        settings.register_profile("require-all", derandomize=True, database=None)
+        settings.load_profile("require-all")
     config.stash[_TIERS] = frozenset(line.split(":")[0].strip() for line in config.getini("markers"))
     # A CI timeout or a kill ends the session with SIGTERM: raised as an interrupt, it still runs every
     # `finally` and fixture teardown, so no rank, daemon, namespace or mount outlives the session.
@@ -58,14 +66,15 @@ def _interrupt(signum, frame):
 def pytest_runtest_setup(item):
     """Skip, with the reason, what this machine cannot run: the hardware tiers, and mpirun where it is missing."""
     if item.get_closest_marker("gpu") and not gpu_count():
-        pytest.skip("needs a CUDA or ROCm GPU: torch sees none on this host")
+        skip_for_hardware("needs a CUDA or ROCm GPU: torch sees none on this host")
     if item.get_closest_marker("cpu") and gpu_count():
-        pytest.skip(f"assumes a CPU-only host (fp16 refused, gloo, device cpu); torch sees {gpu_count()} GPU(s) "
-                    "here: the gpu tier covers this host")
+        skip_for_hardware(f"assumes a CPU-only host (fp16 refused, gloo, device cpu); torch sees {gpu_count()} "
+                          "GPU(s) here: the gpu tier covers this host")
     if item.get_closest_marker("mpi") and not shutil.which("mpirun"):
         pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")
     if item.get_closest_marker("mpi") and gpu_count() == 1:
-        pytest.skip("two ranks on one host need its CPU or two GPUs (NCCL takes a GPU per rank); this host has 1")
+        skip_for_hardware("two ranks on one host need its CPU or two GPUs (NCCL takes a GPU per rank); this host "
+                          "has 1")
 
 
 def pytest_collection_modifyitems(items):
@@ -76,14 +85,14 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """In a run that must run everything, a skip outside the hardware tiers is a failure naming its reason."""
+    """In a run that must run everything, a skip for any cause but the hardware is a failure naming its reason."""
     report = (yield).get_result()
     if not (report.skipped and item.config.stash[_REQUIRE_ALL]) or hasattr(report, "wasxfail"):
         return
-    tiers = {m.name for m in item.iter_markers()} & item.config.stash[_TIERS]
-    if tiers & set(HARDWARE_TIERS):
-        return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if HARDWARE_CAUSE in reason:
+        return
+    tiers = {m.name for m in item.iter_markers()} & item.config.stash[_TIERS]
     report.outcome = "failed"
     report.longrepr = (f"skipped in a run that must run every tier (CI or BERT_SQUAD_REQUIRE_ALL=1; tiers of this "
                        f"test: {', '.join(sorted(tiers)) or 'none'}): {reason}")

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from helpers import PYTHON, ROOT, TINY_WINDOWS, Started, free_port, gpu_count, run_bert_squad
+from helpers import PYTHON, ROOT, TINY_WINDOWS, Started, free_port, gpu_count, run_bert_squad, skip_for_hardware
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     from bert_squad.answer import Answerer
 
     if config == "ds_bf16" and not torch.cuda.is_bf16_supported():
-        pytest.skip(f"{torch.cuda.get_device_name(0)} has no bf16")
+        skip_for_hardware(f"{torch.cuda.get_device_name(0)} has no bf16")
     out = tmp_path / "out"
     r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
                        "--deepspeed_config", config, "--max-steps", 6, "--learning-rate", "1e-3", "--log-every", 1,
