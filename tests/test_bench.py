@@ -154,3 +154,15 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
     logs = {p.name for p in (out / "logs").iterdir()}
     assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= logs
+
+
+@pytest.mark.cpu  # two ranks on one host: its CPU
+def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train):
+    r = subprocess.run([PYTHON, ROOT / "bench" / "stop_checks.py", "--model", tiny_model, "--train-file",
+                        sample_train, "--signal-at-step", "3", "--max-seq-length", "64"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["steps"] > 3 and result["reduction_steps"][-1] == result["steps"]
+    assert result["reductions"] == len(result["reduction_steps"]) and result["reductions"] <= result["steps"]
+    assert f"{result['steps']} steps, {result['reductions']} reductions" in r.stdout

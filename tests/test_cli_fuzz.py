@@ -16,6 +16,7 @@ import io
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -156,10 +157,9 @@ def test_fuzz_in_process(name, files, tmp_path):
     parser = parser_of(entry(name), base[name])
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(drawn=argv_strategy(parser, paths), n=st.integers(0, 10**9))
-    def run(drawn, n):
-        workdir = tmp_path / f"w{n}"
-        workdir.mkdir(exist_ok=True)
+    @given(drawn=argv_strategy(parser, paths))
+    def run(drawn):
+        workdir = Path(tempfile.mkdtemp(prefix="w", dir=tmp_path))  # one per example: drawn values repeat
         argv = [*base[name], *drawn]
         output = io.StringIO()
         with isolated(workdir), contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
@@ -181,10 +181,9 @@ def test_fuzz_subprocess_runs_for_real(name, files, tmp_path):
     tiny = ["--max-seq-length", "64", "--max-query-length", "16", "--doc-stride", "16", "--no-eval"]
 
     @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(drawn=argv_strategy(parser, paths), n=st.integers(0, 10**9))
-    def run(drawn, n):
-        workdir = tmp_path / f"w{n}"
-        workdir.mkdir(exist_ok=True)
+    @given(drawn=argv_strategy(parser, paths))
+    def run(drawn):
+        workdir = Path(tempfile.mkdtemp(prefix="w", dir=tmp_path))  # one per example: drawn values repeat
         argv = [*base[name], *drawn, *(tiny if name == "train" else [])]
         cmd = [PYTHON, "-m", "bert_squad", *([] if name == "train" else [name]), *argv]
         env = dict(os.environ, PYTHONPATH=str(ROOT))

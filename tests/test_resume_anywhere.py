@@ -378,7 +378,8 @@ def test_a_conversion_into_a_read_only_checkpoint_is_refused(two_checkpoints, ti
     cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", readonly, "sh", PYTHON, "-m", "bert_squad",
            *map(str, train_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
            "--resume", str(source)]
-    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     if "unshare failed" in r.stderr or "mount:" in r.stderr:
         pytest.skip(f"no mount namespace here: {r.stderr.strip()}")
