@@ -129,7 +129,7 @@ def unpacked(image: str, work: Path) -> Path:
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         shutil.rmtree(step, ignore_errors=True)
-        raise Refused(f"image {image}: unsquashfs failed: {proc.stderr.strip().splitlines()[-1:]}")
+        raise Refused(f"image {image}: unsquashfs failed: {(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
     return step
 
 
@@ -174,8 +174,9 @@ def ch_run(edf: dict, rootfs: Path) -> list:
     if "workdir" in edf:
         flags.append(f"--cd={edf['workdir']}")
     flags.append("--env-no-expand")  # the values are expanded already
-    for name, value in [*image_environment(rootfs).items(), *edf.get("env", {}).items()]:
-        flags.append(f"--set-env={name}={value}" if value != "" else f"--unset-env={name}")
+    flags += [f"--set-env={name}={value}" for name, value in image_environment(rootfs).items()]
+    flags += [f"--set-env={name}={value}" if value != "" else f"--unset-env={name}"
+              for name, value in edf.get("env", {}).items()]
     flags += [str(rootfs), "--"]
     if edf.get("entrypoint", True) and (rootfs / "etc" / "rc").is_file():
         flags += ["/bin/sh", "/etc/rc"]
@@ -183,8 +184,8 @@ def ch_run(edf: dict, rootfs: Path) -> list:
 
 
 def load(path: str, env: dict) -> dict:
-    """The EDF at `path`, checked and expanded: the image from the host's environment, the rest from the
-    host's and the image's (edf.md: the image's wins), which needs the image first."""
+    """The EDF at `path`, checked, its image expanded from the host's environment; the rest is expanded once
+    the image's environment is known (run_step: edf.md expands from the host's and the image's)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     wrong = problems(doc)
@@ -216,15 +217,16 @@ def run_step(options: list, edf_path: str, command: list) -> int:
     command, the signals srun handles passed on, the step's copy removed once srun has ended."""
     env = {**os.environ, "USER": os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name}  # ch-run needs it
     env.pop("SLURM_NETWORK", None)
+    started = []  # the real srun, once it runs: a signal before has no task to reach, and must not end this one
+    for sig in FORWARDED:
+        signal.signal(sig, lambda number, frame: [srun.send_signal(number) for srun in started])
     edf = load(edf_path, env)
     step = unpacked(edf["image"], Path(os.environ.get("CE_SRUN_WORK") or tempfile.gettempdir()))
     try:
         rootfs = step / "rootfs"
         rest = expanded({k: v for k, v in edf.items() if k != "image"}, {**env, **image_environment(rootfs)})
-        srun = subprocess.Popen([os.environ["REAL_SRUN"], *options, *ch_run(rest, rootfs), *command], env=env)
-        for sig in FORWARDED:
-            signal.signal(sig, lambda number, frame: srun.send_signal(number))
-        _, status = os.waitpid(srun.pid, 0)  # as long as the step runs: the job's time limit bounds it
+        started.append(subprocess.Popen([os.environ["REAL_SRUN"], *options, *ch_run(rest, rootfs), *command], env=env))
+        _, status = os.waitpid(started[0].pid, 0)  # as long as the step runs: the job's time limit bounds it
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_IGN)  # srun is gone; the copy is removed whatever comes now
         return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
