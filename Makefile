@@ -9,8 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
 # What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
-# and load and label every encoder family it has.
-COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
+# and load and label every encoder family it has; and its venv must be the pinned one.
+COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py tests/test_pins.py
 STAMP := $(VENV)/.installed
 # Every Python package the venv gets, as name==version (make pins writes them from setup.cfg's ranges): what
 # make demo and make test install on a fresh machine does not move with upstream releases. The compat line
