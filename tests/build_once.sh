@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by tests/charliecloud_image.sh and tests/pyxis_build.sh, which build something once per machine
-# into $DEST and define `current` (is $DEST built by this recipe?). `build_once_start` takes the lock
+# Sourced by tests/charliecloud_image.sh, which builds something once per machine into $DEST and defines
+# `current` (is $DEST built by this recipe?). `build_once_start` takes the lock
 # beside $DEST, so two test sessions never build at once; if the other one built it meanwhile it prints
 # $DEST and exits, else it leaves a temporary folder $tmp beside $DEST (removed on exit) to build in.
 build_once_start() {

@@ -1,6 +1,7 @@
 """The container test image and what the tests learn from inside it, shared by the Charliecloud and the
-Pyxis tests: the machine's Debian minbase image (built once, cached outside the checkout), and a
-sitecustomize that makes every rank's python record where it ran."""
+Container Engine tests: the machine's Debian minbase image (built once, cached outside the checkout), a
+sitecustomize that makes every rank's python record where it ran, the tiny run they train, and the
+one-process evaluation outside any container that its predictions are held to."""
 
 import json
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import standin_runtime
-from helpers import ROOT
+from helpers import ROOT, run_bert_squad
 
 BUILD = ROOT / "tests" / "charliecloud_image.sh"
 MARKER = "/etc/bert-squad-ch-test-image"  # a file only the image has
@@ -31,7 +32,8 @@ if b"bert_squad" in _argv and b"check-cache" not in _argv and os.environ.get("CH
     with open(f"/proc/{{os.getppid()}}/comm") as _f:
         _parent = _f.read().strip()
     _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV",
-                                                     "CUDA_VISIBLE_DEVICES"]!r}
+                                                     "CUDA_VISIBLE_DEVICES", "BERT_SQUAD_EDF_ENV",
+                                                     "BERT_SQUAD_ENTRYPOINT", "BERT_SQUAD_UNSET"]!r}
     with open(os.path.join(os.environ["CH_PROBE_DIR"], f"{{os.getpid()}}.json"), "w") as _f:
         json.dump({{"marker": _marker, "root_fs": _fstype, "parent": _parent,
                    "env": {{k: os.environ.get(k) for k in _names}}}}, _f)
@@ -76,3 +78,14 @@ def ch_train_args(model, out, *more):
     return ["--model", model, "--train-file", "bert_squad/sample/train-v1.1.json",
             "--eval-file", "bert_squad/sample/dev-v1.1.json", "--output-dir", out, "--max-steps", "4",
             "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json", *more]
+
+
+def assert_predictions_of_one_process(out, tmp_path):
+    """The containers' 2-rank evaluation (ch_train_args) gave the predictions that one process outside any
+    container gives on the model they exported."""
+    outside = tmp_path / "outside"
+    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", "bert_squad/sample/dev-v1.1.json",
+                       "--output-dir", outside, "--cache-dir", tmp_path / "cache-outside", "--max-seq-length", "128",
+                       "--doc-stride", "48")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (outside / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()

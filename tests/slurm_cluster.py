@@ -35,6 +35,10 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "BOOT_FAIL", "DEADLINE"}
 OWNER = "owner.pid"  # in a cluster's folder: the pid of the test session that runs it
 MUNGE_SOCKETS = Path("/run")  # munged wants every folder above its socket searchable by all: not pytest's tmp
+# Held while a cluster's munged starts (its folder made, its socket not answering yet) and while the folders
+# of sockets nothing answers on are cleared, which would otherwise take a starting one's folder.
+MUNGE_LOCK = MUNGE_SOCKETS / "bsq-munge.lock"
+MUNGE_LOCK_WAIT = 300  # a munged starts in seconds; a clearing takes less
 
 
 def _which(name):
@@ -148,6 +152,39 @@ def make_root(tmp_path_factory, name="slurm"):
     return root
 
 
+_HELD = set()  # the locks this process holds (held)
+
+
+@contextlib.contextmanager
+def held(lock_path, timeout):
+    """Hold an flock on `lock_path`, waiting while another live session holds it. A session that died
+    holds nothing (the kernel drops its flock with its last descriptor), so its lock is simply taken;
+    the file names the holder, for the message when the wait runs out. This session holding it already
+    (its own cluster is up) is a failure, not a wait for itself."""
+    if str(lock_path) in _HELD:
+        pytest.fail(f"this session holds {lock_path} already: one holder at a time")
+    with open(lock_path, "a+") as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    holder = lock.read().strip()
+                    pytest.fail(f"{lock_path} is still held after {timeout}s by {holder or 'an unnamed process'}")
+                time.sleep(2)
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n")
+        lock.flush()
+        _HELD.add(str(lock_path))
+        try:
+            yield
+        finally:
+            _HELD.discard(str(lock_path))
+
+
 # --- what a cluster leaves, and clusters whose session died --------------------------------------------
 
 def _processes():
@@ -198,9 +235,10 @@ def clear_dead_clusters():
             if not _owner_alive(confs[0].parent):
                 dead.add(pid)
     _kill_all(dead)
-    for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):  # munge_socket's folders
-        if not _answers(folder / "munge.socket"):
-            shutil.rmtree(folder, ignore_errors=True)
+    with held(MUNGE_LOCK, timeout=MUNGE_LOCK_WAIT):
+        for folder in MUNGE_SOCKETS.glob("bsq-munge-*"):  # munge_socket's folders
+            if folder.is_dir() and not _answers(folder / "munge.socket"):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _answers(unix_socket):
@@ -236,14 +274,15 @@ def start_munged(root, env):
     key = root / "munge.key"
     key.write_bytes(os.urandom(128))
     key.chmod(0o400)
-    munge_socket(root).parent.mkdir(mode=0o755)
-    proc = subprocess.Popen([_which("munged"), "--foreground", f"--socket={munge_socket(root)}",
-                             f"--key-file={key}", f"--pid-file={root}/munged.pid",
-                             f"--seed-file={root}/munged.seed", f"--log-file={root}/munged.log"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not munge_socket(root).exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with held(MUNGE_LOCK, timeout=MUNGE_LOCK_WAIT):  # until its socket answers, no clearing takes its folder
+        munge_socket(root).parent.mkdir(mode=0o755)
+        proc = subprocess.Popen([_which("munged"), "--foreground", f"--socket={munge_socket(root)}",
+                                 f"--key-file={key}", f"--pid-file={root}/munged.pid",
+                                 f"--seed-file={root}/munged.seed", f"--log-file={root}/munged.log"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not _answers(munge_socket(root)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
     return proc
 
 
@@ -334,18 +373,6 @@ def slurm_cluster(tmp_path_factory):
         yield cluster
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    require_slurm()
-    root = make_root(tmp_path_factory)
-    host = socket.gethostname()
-    (root / "spool" / host).mkdir()
-    conf = root / "slurm.conf"
-    conf.write_text(slurm_conf(root, host, os.cpu_count()))
-    with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}) as cluster:
-        yield cluster
-
-
 # ---------------------------------------------------------------------------------------------------
 # A real multi-node Slurm on this one machine: every node is a network namespace of its own with an
 # address on a private bridge, and its slurmd runs there under its own UTS namespace (hostname = node
@@ -358,7 +385,6 @@ HOSTS_BEGIN = f"# >>> {PREFIX}: bert_squad multinode test cluster (tests/slurm_c
 HOSTS_END = f"# <<< {PREFIX}: bert_squad multinode test cluster <<<"
 LOCK = Path(f"/run/{PREFIX}.lock")
 LOCK_WAIT = 3600  # another session's multinode tests take minutes: wait for them rather than skip
-_HELD = set()  # the locks this process holds
 DEFAULT_SUBNET = "10.213.77"  # /24; .1 is the bridge (slurmctld), .11, .12, ... the nodes
 
 
@@ -380,36 +406,6 @@ def multinode_processes():
     mark = f"/{PREFIX}".encode()
     return [pid for pid, _, environ in _processes()
             if any(e.startswith(b"SLURM_CONF=") and mark in e for e in environ) and pid != os.getpid()]
-
-
-@contextlib.contextmanager
-def held(lock_path, timeout=LOCK_WAIT):
-    """Hold an flock on `lock_path`, waiting while another live session holds it. A session that died
-    holds nothing (the kernel drops its flock with its last descriptor), so its lock is simply taken;
-    the file names the holder, for the message when the wait runs out. This session holding it already
-    (its own cluster is up) is a failure, not a wait for itself."""
-    if str(lock_path) in _HELD:
-        pytest.fail(f"this session holds {lock_path} already: one multinode cluster at a time")
-    with open(lock_path, "a+") as lock:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    lock.seek(0)
-                    holder = lock.read().strip()
-                    pytest.fail(f"{lock_path} is still held after {timeout}s by {holder or 'an unnamed process'}")
-                time.sleep(2)
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n")
-        lock.flush()
-        _HELD.add(str(lock_path))
-        try:
-            yield
-        finally:
-            _HELD.discard(str(lock_path))
 
 
 def _edit_hosts(lines=()):
@@ -556,7 +552,7 @@ def multinode_slurm(root, count=2, cpus=2, subnet=DEFAULT_SUBNET, slurmd_args=()
         pytest.skip(f"{', '.join(missing)} not installed: apt-get install iproute2 util-linux")
     if not 1 <= count <= 200:
         raise ValueError(f"node count {count}: 1 to 200")
-    with held(LOCK):
+    with held(LOCK, timeout=LOCK_WAIT):
         try:
             cleanup_multinode()  # what a crashed earlier run left (we hold the lock: nobody else's)
             clear_dead_clusters()

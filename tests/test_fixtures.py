@@ -3,8 +3,10 @@ daemon, job, namespace, link, munge socket or /etc/hosts line behind; the proces
 died are cleared by the next one; a lock whose holder died is taken, one held by a live process waited for."""
 
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,7 +82,6 @@ def test_processes_of_a_dead_session_are_cleared_and_a_live_ones_kept(tmp_path_f
 def test_a_munge_socket_is_removed_only_when_nothing_answers_on_it():
     """A dead cluster's munge socket folder under /run goes; a live one stays, even where its munged is not
     visible in /proc (it is asked on the socket itself)."""
-    import shutil
     import socket
 
     live, dead = (sc.MUNGE_SOCKETS / f"bsq-munge-fixture-test-{kind}-{os.getpid()}" for kind in ("live", "dead"))
@@ -97,6 +98,27 @@ def test_a_munge_socket_is_removed_only_when_nothing_answers_on_it():
         listening.close()
         for folder in (live, dead):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_clearing_waits_for_a_munged_that_is_starting(tmp_path):
+    """A cluster's munge folder exists before its munged answers: a clearing (another session's) waits while
+    the start holds the munge lock, so it cannot take a starting munged's folder; once the start is over
+    (here: given up, nothing answers) the folder is a dead one's and goes."""
+    folder = sc.MUNGE_SOCKETS / f"bsq-munge-fixture-test-starting-{os.getpid()}"
+    hold = (f"import fcntl, time; f = open({str(sc.MUNGE_LOCK)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(600)")
+    clearing = threading.Thread(target=sc.clear_dead_clusters)
+    try:
+        with Started([sys.executable, "-c", hold], tmp_path / "starting") as starting:
+            starting.wait_for("held", timeout=60)
+            folder.mkdir()
+            clearing.start()
+            clearing.join(timeout=3)
+            assert clearing.is_alive() and folder.exists()
+        clearing.join(timeout=120)
+        assert not clearing.is_alive() and not folder.exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_lock_whose_holder_died_is_taken(tmp_path):
