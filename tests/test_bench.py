@@ -154,3 +154,20 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
     logs = {p.name for p in (out / "logs").iterdir()}
     assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= logs
+
+
+def test_the_shipped_bf16_config_trains_without_a_per_parameter_overflow_check(tiny_model):
+    """bench/bf16_paths.py counts in real training runs, through wrappers around DeepSpeed's own methods, the
+    calls of has_overflow_serial and the host reads made in it: none with the shipped ds_bf16 (ZeRO stage 1),
+    while bf16 at stage 0 calls it every step and reads every parameter tensor's flag (the tap sees them)."""
+    r = subprocess.run([PYTHON, ROOT / "bench" / "bf16_paths.py", "--paths", "ds_bf16", "stage0", "--steps", "2",
+                        "--model", tiny_model], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    rows = {row["path"]: row for row in result["rows"]}
+    shipped, stage0 = rows["ds_bf16"], rows["stage0"]
+    assert shipped["has_overflow_serial_per_step"] == shipped["overflow_check_reads_per_step"] == 0, shipped
+    assert shipped["precision"] == "bf16" and shipped["engine"]["optimizer_wrapper"] == "DeepSpeedZeroOptimizer"
+    assert stage0["has_overflow_serial_per_step"] == 1, stage0
+    assert stage0["overflow_check_reads_per_step"] == result["parameter_tensors"] > 10, stage0
+    assert stage0["engine"]["optimizer_wrapper"] == "FP16_UnfusedOptimizer"
