@@ -283,8 +283,8 @@ def finish(run):
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
     state = model.gathered_state_dict(run.engine) if exporting else None  # a collective under ZeRO-3
-    digests = distributed.gather_to_rank0(None if state is None else model.weights_digest(state),
-                                          dist) if exporting else []
+    digest = None if state is None else model.weights_digest(state)
+    digests = distributed.gather_to_rank0(digest, dist) if exporting else []
     kept = run.best_so_far
     if not (kept and kept.last_evaluated == run.progress.step):  # an early stop has evaluated this step already
         evaluate_now(run, output_dir=out)
