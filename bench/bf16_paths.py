@@ -127,10 +127,11 @@ def tap(out: str, args: list) -> int:
 def run_path(path: str, args: argparse.Namespace, work: Path) -> dict:
     """One path's training through the tap: counts per step, median step time, per-step losses, the engine."""
     out, counts = work / f"run-{path}", work / f"{path}.counts.json"
-    cmd = [sys.executable, __file__, "--tap", str(counts), "--model", str(args.model), "--train-file",
-           str(args.train_file), "--deepspeed_config", str(config_file(path, work)), "--max-seq-length",
-           str(args.max_seq_length), "--max-steps", str(args.steps), "--log-every", "1", "--no-eval", "--no-export",
-           "--output-dir", str(out), "--cache-dir", str(work / "cache")]
+    run = argparse.Namespace(**{**vars(args), "deepspeed_config": str(config_file(path, work)),
+                                "cache_dir": work / "cache"})
+    python_m_bert_squad = 3
+    cmd = [sys.executable, __file__, "--tap", str(counts),
+           *throughput.command(run, out, fixed=False, log_every=1)[python_m_bert_squad:]]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         sys.exit(f"bf16_paths: the {path} run failed:\n{r.stderr[-3000:]}")

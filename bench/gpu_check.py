@@ -185,10 +185,10 @@ def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> d
 
 def train(check: Check, name: str, args: argparse.Namespace, fixed: bool, log_every: int,
           extra: tuple = (), env: Optional[dict] = None) -> tuple:
-    """One training run of bench/throughput.py's command, without export: (train_metrics.json or None,
-    output, exit code)."""
+    """One training run of bench/throughput.py's command (no export): (train_metrics.json or None, output,
+    exit code)."""
     out = check.work / name
-    cmd = throughput.command(args, out, fixed, log_every) + ["--no-export", *extra]
+    cmd = throughput.command(args, out, fixed, log_every) + list(extra)
     code, text = check.call(name, cmd, env=env)
     metrics = None if code else json.loads((out / "train_metrics.json").read_text())
     return metrics, text, code
