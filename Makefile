@@ -111,8 +111,9 @@ test-fast: $(STAMP)
 minilm-dir: $(STAMP)
 	@echo "$(MINILM)"
 
-# The wheels an offline GPU host (CPython 3.12, torch and transformers of its own) lacks, DeepSpeed built here,
-# the project's own last; checked to resolve there. Carried to the host for bench/gpu_check.py (docs/performance.md).
+# The wheels an offline GPU host (CPython 3.12, torch and transformers of its own) lacks or holds in versions nobody
+# read where a requirement bounds them, DeepSpeed built here, the project's own last; checked to resolve there and
+# to fit, with the checkout, in 64 MiB. Carried to the host for bench/gpu_check.py (docs/performance.md).
 gpu-kit: $(STAMP)
 	$(PY) bench/gpu_kit.py --out gpu-kit
 

@@ -5,23 +5,29 @@ the checkout and the wheel kit beside it (`make gpu-kit` -> gpu-kit/; docs/perfo
     python3 bench/gpu_check.py --out DIR            # on a CUDA host
     python bench/gpu_check.py --out DIR --tiny      # tiny shapes, the same plumbing (the test suite, on a CPU)
 
-1. install: the kit's wheels into a folder of their own (pip --no-index --no-deps --target), first on
-   PYTHONPATH from then on; every requirement of what it installed is checked against what the host holds
-   (bench/gpu_kit.py's `unmet`), and the project and its libraries import from there.
-2. throughput: every shipped config (bert_squad/configs) for a fixed number of optimizer steps of BERT-base
-   with random weights (bench/throughput.py's model, BERT's vocabulary from the kit) on the shipped sample at
-   384 tokens, stride 128, with the project's batching; ds_bf16 again with fixed 384 padding. samples/s,
-   tokens/s, TFLOP/s and MFU over the second half of the steps (the project's own meter), peak memory.
+Sections, in the order of what they are worth, each started only where its estimate fits in what is left of
+BUDGET_S (else recorded as not run):
+1. install: the host's versions (`pip list --format=freeze`, or --host-packages FILE) into the report; the
+   kit's wheels into a folder of their own (pip --no-index --no-deps --target), first on PYTHONPATH from then
+   on; every requirement of what the kit installed checked against the kit and the host's versions
+   (bench/gpu_kit.py's `unmet`). One unmet stops the command here, with the list.
+2. ds_bf16, with the project's batching, then with fixed padding: BERT-base with random weights
+   (bench/throughput.py's model, BERT's vocabulary from the kit) on the shipped sample at 384 tokens, stride
+   128, one DataLoader over every epoch, no export. Logged every `log_every` steps; the figure is the median
+   window after the first (warm-up).
 3. correctness: the shipped sample trained in fp32 (a small BERT without dropout, the same weights, order and
    fixed padding) on the device and on this host's CPU: every step's loss agrees within LOSS_RTOL.
-4. gpu tests: the `gpu` test tier (tests/test_gpu.py).
-5. compile: ds_bf16 with --compile, against the row without it.
+4. ds_fp16 and ds_zero2 rows; then ds_bf16 with --compile on fixed padding (one shape: no recompiles); then
+   ds_fp32 and ds_zero3; last the `gpu` test tier (tests/test_gpu.py).
 
-Each section is written as it ends (ok, failed or skipped, and why) to DIR/gpu_check.json and
-DIR/gpu_check.md, so a kill leaves what was done; each command's output is in DIR/logs/. Exit 1 when a
-section failed. Tiny mode (the default where torch sees no GPU): a 2-layer model, 128 tokens, 4 steps, no
---compile (minutes of C++ builds on a CPU); a config the project refuses on this host (fp16 on a CPU) is
-skipped with the project's reason.
+Every row records the optimizer class the engine built, DeepSpeed's wrapper around it, the steps skipped for
+an fp16 overflow, the precision path and the window. What comes back fits a runner that returns at most 8
+files two folders down: DIR/gpu_check.json and DIR/gpu_check.md, rewritten after every section (a kill
+leaves what was done), and DIR/gpu_check.log, every command's output in turn. Each section's result line is
+printed as it ends; the table last. A command cut at the budget has its whole process group killed. Exit 1
+when a section failed. Tiny mode (the default where torch sees no GPU): a 2-layer model, 128 tokens, a few
+steps, no --compile (minutes of C++ builds on a CPU); a config the project refuses on this host (fp16 on a
+CPU) is skipped with the project's reason.
 """
 
 import argparse
@@ -29,27 +35,33 @@ import importlib
 import json
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 import gpu_kit
 import throughput
 
 ROOT = throughput.ROOT
-CONFIGS = sorted(p.stem for p in (ROOT / "bert_squad" / "configs").glob("*.json"))
 SAMPLE = ROOT / "bert_squad" / "sample" / "train-v1.1.json"
 BUDGET_S = 570  # the GPU host allows 10 minutes a command; this leaves 30 s to bring the files back
-LOSS_RTOL = 1e-3  # fp32 on a GPU and on a CPU differ by rounding only; the log prints the loss to 4 decimals
+LOSS_RTOL = 1e-3  # fp32 on a GPU and on a CPU differ by rounding only
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
-# Per mode: the measured model's shape (BertConfig fields), the correctness model's, tokens per window, steps.
+FILES = {"json": "gpu_check.json", "table": "gpu_check.md", "log": "gpu_check.log"}
+# Per mode: the measured model's shape (BertConfig fields), the correctness model's, tokens per window, steps
+# of the two goal rows and of the others, the log interval (a window), the correctness run's steps, and each
+# section's estimated seconds on one H100 (start-up included) that decide whether it still fits.
 MODES = {"gpu": dict(model={}, small=dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
-                                          intermediate_size=1024), seq=384, steps=100, loss_steps=8),
-         "tiny": dict(model=TINY, small=TINY, seq=128, steps=4, loss_steps=4)}
+                                          intermediate_size=1024), seq=384, goal_steps=400, steps=300,
+                     log_every=100, loss_steps=8,
+                     estimate=dict(install=60, row=45, correctness=90, compile=200, tests=150)),
+         "tiny": dict(model=TINY, small=TINY, seq=128, goal_steps=6, steps=4, log_every=2, loss_steps=4,
+                      estimate=dict(install=0, row=0, correctness=0, compile=0, tests=0))}
 VERSIONS = ("import json, platform, torch, transformers, deepspeed, datasets, hostlist, bert_squad; "
             "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, "
             "'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
@@ -58,183 +70,288 @@ VERSIONS = ("import json, platform, torch, transformers, deepspeed, datasets, ho
 
 
 class Check:
-    """The run's results so far, written out after every section; its commands, each logged to a file."""
+    """The run's results so far, written out and printed after every section; its commands, each in its own
+    process group, their output appended to one log."""
 
-    def __init__(self, out, mode, work):
-        self.out, self.logs, self.mode, self.work = out, out / "logs", mode, work
-        self.logs.mkdir(parents=True, exist_ok=True)
+    def __init__(self, out: Path, mode: str, work: Path, budget: float = BUDGET_S):
+        self.out, self.mode, self.work, self.budget = out, mode, work, budget
+        out.mkdir(parents=True, exist_ok=True)
+        self.log = out / FILES["log"]
+        self.log.write_text("")
         self.started, self.env = time.monotonic(), dict(os.environ)
-        self.result = {"mode": mode, "budget_s": BUDGET_S, "versions": {}, "sections": {}, "rows": []}
+        self.result = {"mode": mode, "budget_s": budget, "versions": {}, "host_packages": {}, "sections": {},
+                       "rows": []}
 
-    def call(self, name, cmd, env=None, cwd=ROOT):
-        """(exit code, output) of one command, its output kept in logs/<name>.log; 124 when the budget ran out."""
-        log = self.logs / f"{name}.log"
-        with open(log, "w") as f:
-            print("$", *cmd, file=f, flush=True)
+    def call(self, name: str, cmd: list, env: Optional[dict] = None, cwd: Path = ROOT) -> tuple:
+        """(exit code, output) of one command, its output appended to the log; 124 when the budget ran out,
+        and then its whole process group (data loader workers, compile workers, pytest's runs) is killed."""
+        start = self.log.stat().st_size
+        with open(self.log, "a") as f:
+            print(f"\n===== {name}: $", *cmd, file=f, flush=True)
+            proc = subprocess.Popen(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT, cwd=cwd,
+                                    env=dict(self.env, **(env or {})), start_new_session=True)
             try:
-                code = subprocess.run(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT, cwd=cwd,
-                                      env=dict(self.env, **(env or {})), timeout=max(self.left(), 1)).returncode
+                code = proc.wait(timeout=max(self.left(), 1))
             except subprocess.TimeoutExpired:
-                print(f"stopped: the {BUDGET_S} s budget of bench/gpu_check.py ran out", file=f)
                 code = 124
-        return code, log.read_text(errors="replace")
+                print(f"stopped: the {self.budget:.0f} s budget of bench/gpu_check.py ran out", file=f, flush=True)
+            finally:
+                kill_group(proc)
+        with open(self.log, errors="replace") as f:
+            f.seek(start)
+            return code, f.read()
 
-    def left(self):
-        return BUDGET_S - (time.monotonic() - self.started)
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.started)
 
-    def record(self, name, status, **info):
+    def section(self, name: str, estimate: float, body: Callable[[], dict]) -> None:
+        """Run `body` (which returns the section's record) if `estimate` seconds fit in what is left."""
+        if self.left() < estimate:
+            return self.record(name, "not run", why=f"needs about {estimate:.0f} s, {max(self.left(), 0):.0f} s "
+                                                    f"of the budget left")
+        began = time.monotonic()
+        info = body()
+        self.record(name, seconds=round(time.monotonic() - began, 1), **info)
+
+    def record(self, name: str, status: str, **info) -> None:
         self.result["sections"][name] = dict(status=status, **info)
+        if "row" in info:
+            self.result["rows"].append(dict(info["row"], status=status))
         self.save()
+        detail = summary(name, self.result["sections"][name])
+        print(f"[{time.monotonic() - self.started:5.0f} s] {name}: {status}" + (f" ({detail})" if detail else ""),
+              flush=True)
 
-    def save(self):
+    def stop(self, names: list, why: str) -> None:
+        for name in names:
+            self.record(name, "not run", why=why)
+
+    def save(self) -> None:
         self.result["seconds"] = round(time.monotonic() - self.started, 1)
-        files = {"gpu_check.json": json.dumps(self.result, indent=2), "gpu_check.md": markdown(self.result)}
-        for name, text in files.items():
-            tmp = self.out / f".{name}.tmp"
+        for key, text in (("json", json.dumps(self.result, indent=2)), ("table", markdown(self.result))):
+            tmp = self.out / f".{FILES[key]}.tmp"
             tmp.write_text(text + "\n")
-            tmp.replace(self.out / name)
+            tmp.replace(self.out / FILES[key])
 
 
-def last_line(text):
+def kill_group(proc: subprocess.Popen) -> None:
+    """The process and everything it started in its session: TERM, then KILL after 5 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if sig == signal.SIGTERM:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
 
 
-def install(check, kit, site):
+def host_versions(check: Check, given: Optional[Path]) -> dict:
+    """{name: version} of the host's Python packages, before the kit is on the path: `pip list` there, or the
+    same list read from `given`."""
+    if given:
+        return gpu_kit.read_versions(given.read_text())
+    code, text = check.call("pip list", [sys.executable, "-m", "pip", "list", "--format=freeze"])
+    return gpu_kit.read_versions(text) if code == 0 else {}
+
+
+def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> dict:
     """The kit's wheels into `site`, first on the path of every later command; requirements and imports checked."""
+    host = check.result["host_packages"] = host_versions(check, host_file)
     wheels = sorted(Path(kit).glob("*.whl"))
-    if wheels:
-        code, text = check.call("install", [sys.executable, "-m", "pip", "install", "-q", "--no-index",
-                                            "--no-deps", "--target", site, *wheels])
-        if code:
-            return check.record("install", "failed", why=last_line(text))
-        check.env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-        sys.path.insert(0, str(site))
-        importlib.invalidate_caches()
-    unmet = gpu_kit.unmet(site) if wheels else []
+    if not wheels:
+        return dict(status="skipped", why=f"no wheels in {kit}: this environment is used", unmet=[])
+    code, text = check.call("install", [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                                        "--target", site, *wheels])
+    if code:
+        return dict(status="failed", why=last_line(text), unmet=[])
+    check.env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    unmet = gpu_kit.unmet(site, host)
     code, text = check.call("versions", [sys.executable, "-c", VERSIONS], cwd=site)
     if code == 0:
         check.result["versions"] = json.loads(text.strip().splitlines()[-1])
-    status = "failed" if unmet or code else "ok" if wheels else "skipped"
-    check.record("install", status, wheels=len(wheels), unmet=unmet,
-                 why=last_line(text) if code else None if wheels else f"no wheels in {kit}: this environment is used",
-                 summary=f"{len(wheels)} wheels from {kit}")
+    return dict(status="failed" if unmet or code else "ok", wheels=len(wheels), unmet=unmet,
+                host_packages=len(host), why=last_line(text) if code and not unmet else None)
 
 
-def train(check, name, args, fixed=False, extra=(), log_every=None, env=None):
-    """One training run of bench/throughput.py's command: (its train_metrics.json or None, output, exit code).
-    Its output folder (the exported model) goes once read."""
+def train(check: Check, name: str, args: argparse.Namespace, fixed: bool, log_every: int,
+          extra: tuple = (), env: Optional[dict] = None) -> tuple:
+    """One training run of bench/throughput.py's command (no export): (train_metrics.json or None, output,
+    exit code)."""
     out = check.work / name
-    code, text = check.call(name, throughput.command(args, out, fixed, log_every) + list(extra), env=env)
+    cmd = throughput.command(args, out, fixed, log_every) + list(extra)
+    code, text = check.call(name, cmd, env=env)
     metrics = None if code else json.loads((out / "train_metrics.json").read_text())
-    shutil.rmtree(out, ignore_errors=True)
     return metrics, text, code
 
 
-def measure(check, section, variants, args):
-    """Rows of the table: one training run each, figures over the second half of its steps."""
-    for name, config, fixed, extra in variants:
-        run_args = argparse.Namespace(**{**vars(args), "deepspeed_config": config})
-        metrics, text, code = train(check, name, run_args, fixed, extra)
-        row = dict(run=name, config=config, batching=f"fixed {args.max_seq_length}" if fixed else "project",
-                   compile="--compile" in extra)
-        if metrics:
-            rates = metrics["last_log"]
-            row.update(status="ok", device=metrics["device"], precision=metrics["precision"],
-                       batch=metrics["train_batch_size"], peak_memory_gib=metrics["peak_memory_gib"],
-                       **{k: rates[k] for k in ("samples_per_second", "tokens_per_second", "tflops_per_device",
-                                                "mfu")})
-        else:  # the project refuses what this host cannot run (exit 2, one line): a skip in tiny mode
-            row.update(status="skipped" if code == 2 and check.mode == "tiny" else "failed", why=last_line(text))
-        check.result["rows"].append(row)
-        check.save()
-    rows = [r for r in check.result["rows"] if r["run"] in {v[0] for v in variants}]
-    check.record(section, "failed" if any(r["status"] == "failed" for r in rows) else "ok", runs=len(rows))
+def window(logs: list, log_every: int) -> dict:
+    """The median window (by samples/s) of those after the first, which holds the warm-up."""
+    later = sorted(logs[1:] or logs, key=lambda w: w["samples_per_second"])
+    chosen = later[(len(later) - 1) // 2]  # the lower median: a window that was measured
+    return {"steps": f"{chosen['step'] - log_every + 1}-{chosen['step']}", "log_every": log_every,
+            "of": len(later), "samples_per_second_per_window": [round(w["samples_per_second"], 1) for w in logs],
+            "chosen": chosen}
 
 
-def correctness(check, args):
+def measure(check: Check, name: str, config: str, args: argparse.Namespace, fixed: bool = False,
+            extra: tuple = ()) -> dict:
+    """One row of the table: a training run, its median window, and what the engine built."""
+    run_args = argparse.Namespace(**{**vars(args), "deepspeed_config": config})
+    metrics, text, code = train(check, name, run_args, fixed, args.log_every, extra)
+    row = dict(run=name, config=config, batching=f"fixed {args.max_seq_length}" if fixed else "project",
+               compile="--compile" in extra, steps=args.steps)
+    if not metrics:  # the project refuses what this host cannot run (exit 2, one line): a skip in tiny mode
+        return dict(status="skipped" if code == 2 and check.mode == "tiny" else "failed", why=last_line(text),
+                    row=dict(row, why=last_line(text)))
+    engine, win = metrics["engine"], window(metrics["logs"], args.log_every)
+    rates = win.pop("chosen")
+    path = (f"{metrics['precision']}: {engine['optimizer'].rsplit('.', 1)[-1]}"
+            + (f" in {engine['optimizer_wrapper']}" if engine["optimizer_wrapper"] else "")
+            + (f" under {engine['autocast']} autocast" if engine["autocast"] else ""))
+    row.update(device=metrics["device"], precision=metrics["precision"], precision_path=path,
+               optimizer=engine["optimizer"], optimizer_wrapper=engine["optimizer_wrapper"],
+               skipped_steps=engine["skipped_steps"], window=win, batch=metrics["train_batch_size"],
+               peak_memory_gib=metrics["peak_memory_gib"],
+               **{k: rates[k] for k in ("samples_per_second", "tokens_per_second", "tflops_per_device", "mfu")})
+    return dict(status="ok", row=row)
+
+
+def correctness(check: Check, args: argparse.Namespace) -> dict:
     """fp32 on the device and on this host's CPU, same weights, data, order and padding: per-step losses."""
     losses, devices = {}, {}
     for where, env in (("device", {}), ("cpu", {"CUDA_VISIBLE_DEVICES": ""})):
         metrics, text, code = train(check, f"fp32-on-{where}", args, fixed=True, log_every=1, env=env)
         if not metrics:
-            return check.record("correctness", "failed", why=f"the {where} run: {last_line(text)}")
-        losses[where] = [float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", text, re.M)]
+            return dict(status="failed", why=f"the {where} run: {last_line(text)}")
+        losses[where] = [w["loss"] for w in metrics["logs"]]
         devices[where] = metrics["device"]
     a, b = losses["device"], losses["cpu"]
     worst = max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=float("inf"))
     ok = len(a) == len(b) == args.steps and worst <= LOSS_RTOL
-    check.record("correctness", "ok" if ok else "failed", devices=devices, steps=args.steps, losses=losses,
-                 max_relative_difference=worst, tolerance=LOSS_RTOL)
+    return dict(status="ok" if ok else "failed", devices=devices, steps=args.steps, losses=losses,
+                max_relative_difference=worst, tolerance=LOSS_RTOL)
 
 
-def gpu_tests(check):
-    code, text = check.call("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                                          "tests/test_gpu.py"])
+def gpu_tests(check: Check) -> dict:
+    code, text = check.call("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                                          "gpu", "tests/test_gpu.py"])
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", last_line(text))}
     status = "failed" if code else "ok" if counts.get("passed") else "skipped"
-    check.record("gpu tests", status, counts=counts, summary=last_line(text))
+    return dict(status=status, counts=counts, summary=last_line(text))
 
 
-def markdown(result):
+def summary(name: str, s: dict) -> str:
+    """A section's record in a few words, for its line and the table's list."""
+    if s.get("row") and s["status"] == "ok":
+        r, w = s["row"], s["row"]["window"]
+        mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else ""
+        return (f"{r['samples_per_second']:.1f} samples/s{mfu}, steps {w['steps']} (median of {w['of']} windows), "
+                f"{r['precision_path']}, {r['skipped_steps']} skipped steps")
+    if name == "correctness" and "devices" in s:
+        return (f"fp32 on {s['devices']['device']} against {s['devices']['cpu']}, {s['steps']} steps: largest "
+                f"relative loss difference {s['max_relative_difference']:.1e} (tolerance {s['tolerance']:g})")
+    if s.get("unmet"):
+        return "the host's versions fall short: " + "; ".join(s["unmet"])
+    if name == "install" and s["status"] == "ok":
+        return f"{s['wheels']} wheels; {s['host_packages']} host packages read, every requirement met"
+    return s.get("why") or s.get("summary") or ""
+
+
+def markdown(result: dict) -> str:
     """The table of the throughput rows, then one line per section."""
     v = result["versions"]
     lines = [f"# bench/gpu_check.py on {v.get('device', 'an unknown device')}: {result['mode']} mode, "
              f"{result.get('seconds', 0):.0f} s", "",
              ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets")
-                       if k in v) or "versions unknown: the install section failed", "",
-             "| run | batching | precision | batch | samples/s | tokens/s | TFLOP/s/device | MFU | peak memory GiB "
-             "| status |",
-             "| --- | --- | --- | --: | --: | --: | --: | --: | --: | --- |"]
+                       if k in v) or "versions unknown: the install section did not finish", "",
+             "| run | batching | precision path | batch | window | samples/s | tokens/s | TFLOP/s/device | MFU "
+             "| skipped steps | peak memory GiB | status |",
+             "| --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --- |"]
     for r in result["rows"]:
         if r["status"] == "ok":
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            lines.append(f"| {r['run']} | {r['batching']} | {r['precision']} | {r['batch']} | "
-                         f"{r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | "
-                         f"{r['tflops_per_device']:.2f} | {mfu} | {r['peak_memory_gib']:.2f} | ok |")
+            lines.append(f"| {r['run']} | {r['batching']} | {r['precision_path']} | {r['batch']} | steps "
+                         f"{r['window']['steps']} of {r['steps']} | {r['samples_per_second']:.1f} | "
+                         f"{r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | {mfu} | {r['skipped_steps']} "
+                         f"| {r['peak_memory_gib']:.2f} | ok |")
         else:
-            lines.append(f"| {r['run']} | {r['batching']} | | | | | | | | {r['status']}: {r['why']} |")
+            lines.append(f"| {r['run']} | {r['batching']} | | | | | | | | | | {r['status']}: {r['why']} |")
     lines.append("")
     for name, s in result["sections"].items():
-        if name == "correctness" and "devices" in s:
-            s = dict(s, why=f"fp32 on {s['devices']['device']} against {s['devices']['cpu']}, {s['steps']} steps: "
-                            f"largest relative loss difference {s['max_relative_difference']:.1e} "
-                            f"(tolerance {s['tolerance']:g})")
-        detail = s.get("why") or "; ".join(s.get("unmet") or []) or s.get("summary") or ""
+        detail = summary(name, s)
         lines.append(f"- {name}: {s['status']}" + (f" ({detail})" if detail else ""))
     return "\n".join(lines)
 
 
-def main():
+def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Optional[argparse.Namespace]) -> list:
+    """(name, estimated seconds, body) of every section after install, in the order of what they are worth:
+    the goal's two bf16 rows, the correctness check, the other 16-bit rows, --compile, the rest, the gpu tier."""
+    mode = MODES[check.mode]
+    est = mode["estimate"]
+    goal = base and argparse.Namespace(**{**vars(base), "steps": mode["goal_steps"]})
+
+    def row(name: str, config: str, args=None, fixed: bool = False, extra: tuple = ()) -> tuple:
+        return name, est["row"], lambda: measure(check, name, config, args or base, fixed, extra)
+
+    compile_row = f"ds_bf16-fixed-{seq}-compile"
+    compiled = row(compile_row, "ds_bf16", fixed=True, extra=("--compile",))[2]
+    return [row("ds_bf16", "ds_bf16", goal), row(f"ds_bf16-fixed-{seq}", "ds_bf16", goal, fixed=True),
+            ("correctness", est["correctness"], lambda: correctness(check, small)),
+            row("ds_fp16", "ds_fp16"), row("ds_zero2", "ds_zero2"),
+            (compile_row, est["compile"], compiled if check.mode == "gpu" else lambda: dict(
+                status="skipped", why="tiny mode: inductor builds C++ for minutes on a CPU; --compile is measured "
+                                      "on a GPU only (tests/test_train.py covers it)")),
+            row("ds_fp32", "ds_fp32"), row("ds_zero3", "ds_zero3"),
+            ("gpu-tests", est["tests"], lambda: gpu_tests(check))]
+
+
+def models(check: Check, kit: Path, seq: int) -> tuple:
+    """The arguments of the measured runs (BERT-base, or tiny) and of the correctness runs (a small BERT)."""
+    shape = MODES[check.mode]
+    tokenizer = kit / gpu_kit.TOKENIZER if (kit / gpu_kit.TOKENIZER).is_dir() else throughput.minilm_dir()
+    base = argparse.Namespace(model=throughput.random_bert_base(tokenizer, check.work / "model", **shape["model"]),
+                              train_file=SAMPLE, deepspeed_config="ds_fp32", max_seq_length=seq,
+                              steps=shape["steps"], log_every=shape["log_every"], cache_dir=check.work / "cache")
+    small = throughput.random_bert_base(tokenizer, check.work / "small", **shape["small"], **NO_DROPOUT)
+    return base, argparse.Namespace(**{**vars(base), "model": small, "steps": shape["loss_steps"]})
+
+
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, type=Path, help="where gpu_check.json, gpu_check.md and logs/ go")
+    p.add_argument("--out", required=True, type=Path, help=f"where {', '.join(FILES.values())} go")
     p.add_argument("--kit", type=Path, default=ROOT / "gpu-kit", help="the wheel kit (default: gpu-kit/)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (the default where torch sees no GPU)")
+    p.add_argument("--only", nargs="+", metavar="SECTION", help="after install, only these sections (names as "
+                                                                "the report gives them)")
+    p.add_argument("--host-packages", type=Path, metavar="FILE", help="the host's `pip list --format=freeze`, "
+                                                                      "read from FILE instead of asking pip")
     args = p.parse_args()
-    import torch
+    import torch  # the host's, before the kit is on the path
 
     mode = "tiny" if args.tiny or not torch.cuda.is_available() else "gpu"
-    shape, seq = MODES[mode], MODES[mode]["seq"]
+    seq = MODES[mode]["seq"]
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        check, work = Check(args.out, mode, Path(tmp)), Path(tmp)
-        (work / "site").mkdir()
-        install(check, args.kit, work / "site")
-        kit_tokenizer = args.kit / gpu_kit.TOKENIZER
-        tokenizer = kit_tokenizer if kit_tokenizer.is_dir() else throughput.minilm_dir()
-        base = argparse.Namespace(model=throughput.random_bert_base(tokenizer, work / "model", **shape["model"]),
-                                  train_file=SAMPLE, deepspeed_config="ds_fp32", max_seq_length=seq,
-                                  steps=shape["steps"], cache_dir=work / "cache")
-        rows = [(c, c, False, ()) for c in CONFIGS]  # bf16 and its fixed-padding twin first: the goal's figures
-        rows.insert(1 + CONFIGS.index("ds_bf16"), (f"ds_bf16-fixed-{seq}", "ds_bf16", True, ()))
-        measure(check, "throughput", rows, base)
-        small = throughput.random_bert_base(tokenizer, work / "small", **shape["small"], **NO_DROPOUT)
-        correctness(check, argparse.Namespace(**{**vars(base), "model": small, "steps": shape["loss_steps"]}))
-        gpu_tests(check)
-        if mode == "tiny":  # inductor builds C++ for a CPU model for minutes; tests/test_train.py covers --compile
-            check.record("compile", "skipped", why="tiny mode: --compile is measured on a GPU only")
+        check = Check(args.out, mode, Path(tmp))
+        (check.work / "site").mkdir()
+        check.section("install", MODES[mode]["estimate"]["install"],
+                      lambda: install(check, args.kit, check.work / "site", args.host_packages))
+        if check.result["sections"]["install"]["status"] in ("failed", "not run"):
+            check.stop([name for name, *_ in plan(check, seq, None, None)], "install did not succeed: see its line")
         else:
-            measure(check, "compile", [("ds_bf16-compile", "ds_bf16", False, ("--compile",))], base)
-    print(markdown(check.result))
+            for name, estimate, body in plan(check, seq, *models(check, args.kit, seq)):
+                if not args.only or name in args.only:
+                    check.section(name, estimate, body)
+    print("\n" + markdown(check.result), flush=True)
     return 1 if any(s["status"] == "failed" for s in check.result["sections"].values()) else 0
 
 

@@ -6,11 +6,15 @@ they resolve there: what `make gpu-kit` runs.
     python bench/gpu_kit.py --check gpu-kit     # check a kit
 
 Which wheels: the project's requirements, followed through this environment's installed metadata, less
-what the host has (bench/gpu_host.txt) but for CARRY. Each is pinned to the version installed here, the one the test
-suite ran against, and fetched as PyPI's wheel for the host's platform; a package that publishes only an
-sdist (DeepSpeed, python-hostlist) is built here into a pure-Python wheel (DeepSpeed with DS_BUILD_OPS=0:
-no compiled ops, which the shipped configs do not use). The project's own wheel comes last, and beside the
-wheels BERT's uncased tokenizer (tokenizer/), for the random BERT-base that bench/gpu_check.py measures.
+what the host can be relied on for (bench/gpu_host.txt): a package it has in a version read there that meets
+the requirement, or in a version nobody read where the requirement names no version. Everything else is
+carried (`carried`): what the host lacks, and what a requirement bounds (datasets' pyarrow>=24, say) where
+the host's version was not read or does not meet it; the kit's folder comes first on the host's path. Each is
+pinned to the version installed here, the one the test suite ran against, and fetched as PyPI's wheel for the
+host's platform; a package that publishes only an sdist (DeepSpeed, python-hostlist) is built here into a
+pure-Python wheel (DeepSpeed with DS_BUILD_OPS=0: no compiled ops, which the shipped configs do not use). The
+project's own wheel comes last, and beside the wheels BERT's uncased tokenizer (tokenizer/), for the random
+BERT-base that bench/gpu_check.py measures. The kit and the checkout travel together: both within MAX_MIB.
 
 The check resolves the project with pip for Python 3.12 on the host's platform from the kit and stand-ins
 for the host's packages only (metadata-only wheels at the versions bench/gpu_host.txt gives, else the one
@@ -41,27 +45,28 @@ TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "implementa
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
             *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
               for a in ("--platform", p)]]
-MAX_MIB = 64
+MAX_MIB = 64  # what the GPU host's runner takes of the working tree and the kit together
 TOKENIZER = "tokenizer"  # a folder of the kit beside the wheels
-# Small pure-Python packages the host has in a version nobody read, carried anyway (the kit's folder comes
-# first on the path) where the kit's wheels bound them tightly: datasets caps fsspec (a newer host copy
-# fails its requirement), pydantic-core imports what typing_extensions gained lately (Sentinel).
-CARRY = {"fsspec", "typing-extensions"}
 
 
 def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def read_versions(text: str) -> dict:
+    """{normalised name: version, or None for a bare name} from NAME==VERSION lines: bench/gpu_host.txt, or
+    the output of `pip list --format=freeze`; comments and any other line (pip's warnings) are passed over."""
+    found = {}
+    for line in text.splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*(\S+))?", line.split("#")[0].strip())
+        if match:
+            found[norm(match[1])] = match[2]
+    return found
+
+
 def host_packages(path=HOST_FILE):
     """{normalised name: version read on the host, or None} from bench/gpu_host.txt."""
-    found = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            found[norm(name)] = version or None
-    return found
+    return read_versions(Path(path).read_text())
 
 
 def requirements(dist, env=TARGET):
@@ -71,27 +76,38 @@ def requirements(dist, env=TARGET):
     return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
 
 
-def unmet(site):
-    """What the distributions installed in `site` require and the importable packages (`site` first on
-    sys.path) do not give, one line each: the check on the host itself, against its real versions."""
+def unmet(site, host: dict) -> list:
+    """What the distributions installed in `site` (the kit, first on the path) require and neither they nor the
+    host's packages (`host`: {normalised name: version}, from its `pip list --format=freeze`) give, one line
+    each: the check on the host itself, against its real versions, with the markers of the running Python."""
+    kit = {norm(d.metadata["Name"]): d for d in md.distributions(path=[str(site)])}
+    found = {**host, **{name: d.version for name, d in kit.items()}}
     lines = []
-    for dist in md.distributions(path=[str(site)]):
+    for dist in kit.values():
         for req in requirements(dist, env={"extra": ""}):
-            try:
-                version = md.version(req.name)
-            except md.PackageNotFoundError:
-                version = None
+            version = found.get(norm(req.name))
             if version is None or not req.specifier.contains(version, prereleases=True):
                 lines.append(f"{dist.metadata['Name']} needs {req}, finds {version or 'none'}")
-    return lines
+    return sorted(lines)
+
+
+def carried(req: Requirement, host: dict) -> bool:
+    """Whether the kit must carry what `req` asks for: the host lacks it, or the requirement bounds the version
+    and the host's was not read or does not meet it."""
+    name = norm(req.name)
+    if name not in host:
+        return True
+    version = host[name]
+    return bool(req.specifier) and (version is None or not req.specifier.contains(version, prereleases=True))
 
 
 def kit_packages(host):
-    """{name: version} of every package the project needs that the host lacks, at the version installed here."""
+    """{name: version} of every package the project needs that the host cannot be relied on for, at the
+    version installed here."""
     needed, todo = {}, [Requirement(PROJECT)]
     while todo:
         req = todo.pop()
-        if (norm(req.name) in host and norm(req.name) not in CARRY) or norm(req.name) in needed:
+        if norm(req.name) in needed or not (norm(req.name) == norm(PROJECT) or carried(req, host)):
             continue
         try:
             version = md.version(req.name)
@@ -153,12 +169,22 @@ def stub_wheel(folder, name, version):
             z.writestr(path, text)
 
 
+def checkout_mib() -> float:
+    """The checkout's tracked files, which travel to the host beside the kit."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True)
+    files = (ROOT / f for f in listed.stdout.split("\0") if f)
+    return sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink()) / 2**20
+
+
 def check(kit):
     """Resolve the project for the host from the kit and the host's packages only; one line per package."""
     kit, host = Path(kit), host_packages()
+    wheels = {norm(w.name.split("-")[0]) for w in kit.glob("*.whl")}
     with tempfile.TemporaryDirectory() as stubs:
         assumed = []
         for name, version in host.items():
+            if name in wheels:
+                continue  # the kit's copy shadows the host's
             if version is None:
                 try:
                     version = md.version(name)
@@ -173,16 +199,15 @@ def check(kit):
         if r.returncode != 0:
             sys.exit(f"gpu-kit: the kit does not resolve for the host:\n{r.stderr[-3000:]}")
     chosen = {norm(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(r.stdout)["install"]}
-    wheels = {norm(w.name.split("-")[0]) for w in kit.glob("*.whl")}
     for name, version in sorted(chosen.items()):
         where = "kit" if name in wheels else "host, assumed" if name in assumed else "host"
         print(f"  {name}=={version}  ({where})")
     unused = wheels - set(chosen)
-    size = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20
-    print(f"gpu-kit: {len(wheels)} wheels, {size:.1f} MiB; resolves for CPython 3.12 manylinux x86_64"
-          f"{'; unused: ' + ', '.join(sorted(unused)) if unused else ''}")
-    if unused or size >= MAX_MIB:
-        sys.exit(f"gpu-kit: a kit must hold only what resolves and stay under {MAX_MIB} MiB")
+    size, tree = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20, checkout_mib()
+    print(f"gpu-kit: {len(wheels)} wheels, {size:.1f} MiB (with the checkout's {tree:.1f} MiB: {size + tree:.1f}); "
+          f"resolves for CPython 3.12 manylinux x86_64{'; unused: ' + ', '.join(sorted(unused)) if unused else ''}")
+    if unused or size + tree >= MAX_MIB:
+        sys.exit(f"gpu-kit: a kit must hold only what resolves, and with the checkout stay under {MAX_MIB} MiB")
 
 
 def main():

@@ -42,11 +42,12 @@ def minilm_dir():
 
 
 def command(args, out, fixed, log_every=None):
-    """One variant's training run: --steps optimizer steps, the last log line over the second half."""
+    """One variant's training run: --steps optimizer steps, the last log line over the second half; the metrics
+    but no model written (a benchmark needs no export or weight digests)."""
     cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", str(args.train_file),
            "--deepspeed_config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
            "--max-steps", str(args.steps), "--log-every", str(log_every or args.steps // 2), "--no-eval",
-           "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
+           "--no-export", "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
     return cmd + ["--pad-to-max-length"] if fixed else cmd
 
 

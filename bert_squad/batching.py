@@ -6,6 +6,8 @@ rank computes the same global plan and takes its own share of each step, which k
 makes a resumed run see exactly the batches the interrupted one would have.
 """
 
+from typing import Iterator
+
 import numpy as np
 import torch
 
@@ -38,6 +40,15 @@ class BatchPlan:
             steps = flat.reshape(self.steps, step_size)[rng.permutation(self.steps)]
         # Within a step, consecutive (similar-length) micro batches go to consecutive ranks.
         return [s[self.rank * self.micro_batch:(self.rank + 1) * self.micro_batch].tolist() for s in steps]
+
+    def stream(self, epoch: int, start: int, per_epoch: int, count: int) -> Iterator[list]:
+        """`count` micro batches in a row, the first `per_epoch` of each epoch's, from micro batch `start` of
+        `epoch` on: one sampler for a DataLoader that spans epochs, so its workers start once per run."""
+        while count > 0:
+            for batch in self.epoch(epoch)[start:per_epoch][:count]:
+                yield batch
+                count -= 1
+            epoch, start = epoch + 1, 0
 
 
 class Collator:

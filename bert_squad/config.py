@@ -62,6 +62,8 @@ class DataConfig:
     strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
                                  "not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
+    no_export: bool = option(False, "write the metrics but no model: no export and no weight digests "
+                                    "(benchmarks)")
 
     def __post_init__(self):
         if self.dataset not in HUB_DATASETS:

@@ -35,11 +35,24 @@ def eval_features_line(examples, features):
     return f"eval {examples.source}: {len(examples)} questions, {len(features)} features; {examples.skip_summary()}"
 
 
-def plan_line(total_steps, steps_per_epoch, ds_config, device_name):
-    b = ds_config.batch
+def plan_line(total_steps, steps_per_epoch, ds_config, device_name, engine):
+    b, facts = ds_config.batch, engine_facts(engine)
+    wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
+    autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
     return (f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
             f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
-            f"device {device_name}")
+            f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}")
+
+
+def engine_facts(engine) -> dict:
+    """What the DeepSpeed engine built: the optimizer's class (torch's, or one of DeepSpeed's), the wrapper
+    DeepSpeed put around it for 16-bit weights or ZeRO (None: it steps the optimizer itself), the autocast
+    dtype, and the steps skipped for an fp16 overflow so far. Two runs' speeds compare only where these do."""
+    basic, built = engine.basic_optimizer, engine.optimizer
+    autocast = str(engine.torch_autocast_dtype()).replace("torch.", "") if engine.torch_autocast_enabled() else None
+    return {"optimizer": f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else None,
+            "optimizer_wrapper": None if built is basic else type(built).__name__, "autocast": autocast,
+            "skipped_steps": engine.skipped_steps}
 
 
 def rates_line(step, total, lr, rates, device):

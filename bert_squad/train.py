@@ -80,8 +80,12 @@ class Run:
     meter: perf.Meter
     started: float  # perf_counter() when the build began: the run's wall time counts from here
     evals: list = field(default_factory=list)
-    last_rates: dict = field(default_factory=dict)
+    logs: list = field(default_factory=list)  # each log line's step and rates
     best_so_far: Optional[best.Best] = None  # with --keep-best or --early-stopping
+
+    @property
+    def last_rates(self) -> dict:
+        return self.logs[-1] if self.logs else {}
 
 
 def main(cfg):
@@ -112,6 +116,8 @@ def check(cfg):
     if cfg.train.keeps_best and dev_examples is None:
         raise UserError("--keep-best and --early-stopping choose by dev F1: give an eval set (--eval-file or a hub "
                         "--dataset) and drop --no-eval")
+    if cfg.train.keeps_best and cfg.data.no_export:
+        raise UserError("--keep-best and --early-stopping keep the best step's model: drop --no-export")
     tokenizer = model.load_tokenizer(model_dir)
     check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
@@ -169,7 +175,7 @@ def build(inputs, device):
                        pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None)
     device_name = perf.device_name(device)
     peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
-    report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name))
+    report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name, engine))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
     return Run(inputs, work, device, engine, work.features.select_columns(collate.columns(work.features)), collate,
@@ -179,21 +185,21 @@ def build(inputs, device):
 def optimizer_steps(run):
     """The micro batches of each remaining optimizer step, across epochs, from where `run.progress` stands.
 
+    One DataLoader serves every remaining step, epoch boundaries included (its workers start once).
     `progress` is advanced as each step is handed out, so a checkpoint taken after the step resumes
     with exactly the next one."""
     gas, work, progress = run.engine.gradient_accumulation_steps(), run.work, run.progress
-    on_gpu = run.device.type == "cuda"
+    per_epoch, on_gpu = work.steps_per_epoch * gas, run.device.type == "cuda"
+    batches = work.batches.stream(progress.epoch, progress.batch_in_epoch, per_epoch,
+                                  (work.total_steps - progress.step) * gas)
+    loader = iter(DataLoader(run.rows, batch_sampler=batches, collate_fn=run.collate,
+                             num_workers=2 if on_gpu else 0, pin_memory=on_gpu))
     while progress.step < work.total_steps:
-        batches = work.batches.epoch(progress.epoch)[:work.steps_per_epoch * gas]
-        loader = iter(DataLoader(run.rows, batch_sampler=batches[progress.batch_in_epoch:], collate_fn=run.collate,
-                                 num_workers=2 if on_gpu else 0, pin_memory=on_gpu))
-        for _ in range(progress.batch_in_epoch // gas, work.steps_per_epoch):
-            if progress.step >= work.total_steps:
-                return
-            micro_batches = [next(loader) for _ in range(gas)]
-            progress.step, progress.batch_in_epoch = progress.step + 1, progress.batch_in_epoch + gas
-            yield micro_batches
-        progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+        if progress.batch_in_epoch >= per_epoch:  # an epoch ended (or a checkpoint was taken at its end)
+            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+        micro_batches = [next(loader) for _ in range(gas)]
+        progress.step, progress.batch_in_epoch = progress.step + 1, progress.batch_in_epoch + gas
+        yield micro_batches
 
 
 def loop(run):
@@ -215,7 +221,7 @@ def loop(run):
             # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)
             logged = progress.step % train.log_every == 0 or progress.step == total
             if logged:
-                run.last_rates = run.meter.log_rates(distributed.all_sum)
+                run.logs.append(dict(step=progress.step, **run.meter.log_rates(distributed.all_sum)))
                 shown.log(report.rates_line(progress.step, total, engine.get_lr()[0], run.last_rates, device))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
@@ -270,19 +276,21 @@ def export_best(run):
 
 
 def finish(run):
-    """Final evaluation, the exported model, and last the metrics file that marks the run finished."""
+    """Final evaluation, the exported model (unless --no-export), and last the metrics file that marks the run
+    finished."""
     inputs, work = run.inputs, run.work
-    dist, out = inputs.dist, Path(inputs.cfg.data.output_dir)
+    dist, out, exporting = inputs.dist, Path(inputs.cfg.data.output_dir), not inputs.cfg.data.no_export
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
-    state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
-    digests = distributed.gather_to_rank0(None if state is None else model.weights_digest(state), dist)
+    state = model.gathered_state_dict(run.engine) if exporting else None  # a collective under ZeRO-3
+    digest = None if state is None else model.weights_digest(state)
+    digests = distributed.gather_to_rank0(digest, dist) if exporting else []
     kept = run.best_so_far
     if not (kept and kept.last_evaluated == run.progress.step):  # an early stop has evaluated this step already
         evaluate_now(run, output_dir=out)
     if not dist.is_main:
         return
-    if not (kept and best.install(out, kept.step)):
+    if exporting and not (kept and best.install(out, kept.step)):
         model.export(run.engine.module, state, inputs.tokenizer, out)
         if kept:
             report.log(dist, f"note: the export of the best step {kept.step} is gone (resumed from an older "
@@ -290,13 +298,15 @@ def finish(run):
     write_json_atomic(out / outputs.TRAIN_METRICS, {
         "steps": run.progress.step, "epochs": run.progress.step / work.steps_per_epoch,
         "world_size": dist.world_size, "train_batch_size": work.ds_config.batch.size,
-        "precision": work.ds_config.precision, "wall_time_s": wall, "device": perf.device_name(run.device),
-        **{f"run_{k}": v for k, v in run_rates.items()}, "last_log": run.last_rates,
-        "peak_memory_gib": perf.peak_memory_gib(run.device), "features": work.feature_report, "evals": run.evals,
-        "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's
+        "precision": work.ds_config.precision, "engine": report.engine_facts(run.engine), "wall_time_s": wall,
+        "device": perf.device_name(run.device), **{f"run_{k}": v for k, v in run_rates.items()},
+        "last_log": run.last_rates, "logs": run.logs, "peak_memory_gib": perf.peak_memory_gib(run.device),
+        "features": work.feature_report, "evals": run.evals,
+        "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
         "deepspeed_config": work.ds_config.as_dict(), "config": dataclasses.asdict(inputs.cfg),
         **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {})})
-    report.log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)")
+    report.log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)" if exporting else
+               f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)")
 
 
 def print_config(cfg):

@@ -33,6 +33,17 @@ def test_plan_depends_only_on_seed_and_epoch():
     assert a.epoch(0) != BatchPlan(ls, 16, 2, 1, seed=6).epoch(0)
 
 
+def test_a_stream_crosses_epochs_as_its_epochs_read_one_after_another():
+    """The one sampler a run's DataLoader takes: from a position in an epoch, across epoch boundaries, each
+    epoch cut to its whole optimizer steps; a position at an epoch's end (a checkpoint there) goes on with
+    the next epoch."""
+    plan = BatchPlan(lengths(300), 16, 1, 0, seed=3)
+    per_epoch = len(plan) - 1  # whole optimizer steps of 2 micro batches leave the odd one out
+    expected = plan.epoch(2)[5:per_epoch] + plan.epoch(3)[:per_epoch] + plan.epoch(4)[:7]
+    assert list(plan.stream(2, 5, per_epoch, len(expected))) == expected
+    assert list(plan.stream(2, per_epoch, per_epoch, 3)) == plan.epoch(3)[:3]
+
+
 def test_grouping_cuts_padding():
     ls = lengths(4000)
 

@@ -1,7 +1,13 @@
 """The benchmarks run end to end (their figures are for people to read; nothing here times anything)."""
 
+import importlib
 import json
+import os
+import re
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from helpers import PYTHON, ROOT
@@ -101,59 +107,164 @@ def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model,
 
 def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     """`make gpu-kit` (needs PyPI): the wheels an offline CPython 3.12 host with its own torch and transformers
-    lacks, DeepSpeed built into a pure-Python wheel, the project's own; without one of them it cannot resolve."""
+    lacks, DeepSpeed built into a pure-Python wheel, the project's own, and what a requirement bounds where the
+    host's version was never read (datasets' pyarrow>=24, tqdm>=4.66.3, fsspec<=...; the project's rich>=13),
+    within 64 MiB with the checkout; without one of them it cannot resolve."""
     kit = tmp_path / "gpu-kit"
     r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True,
                        cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     wheels = {w.name.split("-")[0]: w.name for w in kit.glob("*.whl")}
     assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core"} <= wheels.keys(), wheels
+    assert {"pyarrow", "tqdm", "fsspec", "rich"} <= wheels.keys(), wheels  # bounded, the host's version unread
     assert not {"torch", "transformers", "numpy", "tokenizers"} & wheels.keys(), wheels
     assert wheels["deepspeed"].endswith("-py3-none-any.whl") and "cp312" in wheels["pydantic_core"]
     assert (kit / "tokenizer" / "tokenizer.json").exists()
     assert sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) < 64 * 2**20
+    assert re.search(r"MiB \(with the checkout's [\d.]+ MiB: (\d+\.\d)\)", r.stdout)
     assert "--no-index" in r.stdout and "resolves for CPython 3.12" in r.stdout
-    assert "torch==2.11.0  (host)" in r.stdout and "deepspeed==" in r.stdout
+    assert "torch==2.11.0  (host)" in r.stdout and "deepspeed==" in r.stdout and "pandas==" in r.stdout
+    assert re.search(r"pandas==\S+  \(host, assumed\)", r.stdout)  # datasets takes any pandas
     (kit / wheels["datasets"]).unlink()
     r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit], capture_output=True, text=True,
                        cwd=ROOT, timeout=600)
     assert r.returncode != 0 and "the kit does not resolve for the host" in r.stderr and "datasets" in r.stderr
 
 
-@pytest.mark.cpu
-def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
-    """bench/gpu_check.py end to end on a CPU with tiny shapes, from a kit of the project's wheel alone (built
-    offline): installed and imported from the kit's folder, a row per shipped config (fp16 ones refused here
-    with the project's reason), fixed padding, the fp32 losses of two runs compared, the gpu tier run."""
-    kit, out = tmp_path / "kit", tmp_path / "out"
+def bench_module(name):
+    """A script of bench/ as a module (they import each other by name, from bench/)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def project_wheel(kit):
     built = subprocess.run([PYTHON, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", kit, ROOT],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-2000:]
-    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return kit
+
+
+def section_lines(lines):
+    """The section names of gpu_check's result lines (`[   12 s] install: ok (...)`), in order."""
+    return [m[1] for m in (re.match(r"\[ *\d+ s\] (\S+): ", line) for line in lines) if m]
+
+
+@pytest.mark.cpu
+def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
+    """bench/gpu_check.py end to end on a CPU with tiny shapes, from a kit of the project's wheel alone (built
+    offline): each section's line printed as it ends (the first while the rest still runs), the table last;
+    three files, none deeper than the host's runner brings back; a row per shipped config (fp16 ones refused
+    here with the project's reason) recording the optimizer the engine built, its skipped steps, its precision
+    path and window; the fp32 losses of two runs compared; the gpu tier run."""
+    kit, out = project_wheel(tmp_path / "kit"), tmp_path / "out"
+    proc = subprocess.Popen([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if section_lines(lines) == ["install"]:  # read while the process runs: it had printed no more
+                assert proc.poll() is None and list(json.loads((out / "gpu_check.json").read_text())["sections"]) \
+                    == ["install"]
+        assert proc.wait(timeout=900) == 0, "\n".join(lines[-60:])
+    finally:
+        proc.kill()
     result = json.loads((out / "gpu_check.json").read_text())
     sections = result["sections"]
+    assert section_lines(lines) == list(sections) and sections["install"]["status"] == "ok"
+    table_at = lines.index(f"# bench/gpu_check.py on cpu: tiny mode, {result['seconds']:.0f} s")
+    assert table_at > max(i for i, line in enumerate(lines) if section_lines([line]))
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert sorted(map(str, files)) == ["gpu_check.json", "gpu_check.log", "gpu_check.md"]
+    assert all(len(f.parts) <= 3 and re.fullmatch(r"[A-Za-z0-9._-]+", f.name) for f in files)
     install = sections["install"]
-    assert result["mode"] == "tiny" and (install["status"], install["wheels"], install["unmet"]) == ("ok", 1, [])
+    assert result["mode"] == "tiny" and (install["wheels"], install["unmet"]) == (1, [])
+    assert result["host_packages"]["torch"].startswith("2.") and install["host_packages"] > 10
     assert "gpu-check-" in result["versions"]["bert_squad_from"]  # the kit's copy, not the checkout
     rows = {row["run"]: row for row in result["rows"]}
     configs = sorted(p.stem for p in (ROOT / "bert_squad" / "configs").glob("*.json"))
     assert set(rows) == {*configs, "ds_bf16-fixed-128"}
     for name in ("ds_fp32", "ds_bf16", "ds_bf16-fixed-128"):
-        assert rows[name]["status"] == "ok" and rows[name]["samples_per_second"] > 0, rows[name]
+        row = rows[name]
+        assert row["status"] == "ok" and row["samples_per_second"] > 0, row
+        assert row["optimizer"] == "torch.optim.adamw.AdamW" and row["skipped_steps"] == 0, row
+        assert row["window"]["of"] == len(row["window"]["samples_per_second_per_window"]) - 1 >= 1, row
+    assert rows["ds_bf16"]["precision_path"] == "bf16: AdamW in DeepSpeedZeroOptimizer"
     assert rows["ds_bf16-fixed-128"]["batching"] == "fixed 128" and rows["ds_bf16"]["batching"] == "project"
     assert all(rows[c]["status"] == "skipped" and "fp16.enabled needs a GPU" in rows[c]["why"]
                for c in ("ds_fp16", "ds_zero2", "ds_zero3"))
     loss = sections["correctness"]
     assert loss["status"] == "ok" and loss["devices"] == {"device": "cpu", "cpu": "cpu"}
     assert len(loss["losses"]["device"]) == loss["steps"] == 4 and loss["max_relative_difference"] <= loss["tolerance"]
-    assert sections["gpu tests"]["status"] == "skipped" and sections["gpu tests"]["counts"]["skipped"] >= 1
-    assert sections["compile"]["status"] == "skipped" and sections["throughput"]["status"] == "ok"
+    assert sections["gpu-tests"]["status"] == "skipped" and sections["gpu-tests"]["counts"]["skipped"] >= 1
+    assert sections["ds_bf16-fixed-128-compile"]["status"] == "skipped"
     table = (out / "gpu_check.md").read_text()
     assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
-    logs = {p.name for p in (out / "logs").iterdir()}
-    assert {"ds_fp32.log", "fp32-on-cpu.log", "gpu-tests.log", "install.log"} <= logs
+    log = (out / "gpu_check.log").read_text()
+    assert all(f"===== {name}: $" in log for name in ("pip list", "install", "ds_fp32", "fp32-on-cpu", "gpu-tests"))
+
+
+def test_gpu_check_stops_after_install_when_the_hosts_versions_fall_short(tmp_path):
+    """A host whose packages miss a requirement of the kit's (here the project's rich>=13, the host's list
+    read from a file: this environment's own `pip list` with rich 12): the install section fails naming it,
+    and nothing else is started."""
+    freeze = subprocess.run([PYTHON, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
+                            timeout=120).stdout
+    host = tmp_path / "host.txt"
+    host.write_text(re.sub(r"^rich==\S+$", "rich==12.6.0", freeze, flags=re.M))
+    assert "rich==12.6.0" in host.read_text()
+    out = tmp_path / "out"
+    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", project_wheel(tmp_path / "kit"),
+                        "--tiny", "--host-packages", host], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    install = result["sections"].pop("install")
+    assert install["status"] == "failed" and install["unmet"] == ["bert_squad needs rich>=13, finds 12.6.0"]
+    assert result["rows"] == [] and {s["status"] for s in result["sections"].values()} == {"not run"}
+    assert "install: failed (the host's versions fall short: bert_squad needs rich>=13, finds 12.6.0)" in r.stdout
+    assert section_lines(r.stdout.splitlines())[1:] == list(result["sections"])
+
+
+def test_a_cut_section_leaves_no_process_and_a_later_one_that_cannot_fit_is_not_started(tmp_path):
+    """gpu_check's budget, for real: a command still running when it runs out is stopped with everything it
+    started (a grandchild included), and a section whose estimate no longer fits is recorded as not run."""
+    gpu_check = bench_module("gpu_check")
+    check = gpu_check.Check(tmp_path / "out", "tiny", tmp_path, budget=5)
+    pid_file = tmp_path / "grandchild.pid"
+    spawn = (f"import subprocess, time; p = subprocess.Popen(['sleep', '300']); "
+             f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    code, text = check.call("sleeper", [PYTHON, "-c", spawn])
+    assert code == 124 and "the 5 s budget of bench/gpu_check.py ran out" in text
+    grandchild = Path("/proc") / pid_file.read_text()
+    for _ in range(50):  # killed; gone, or a zombie until init reaps it
+        if not grandchild.exists() or (grandchild / "stat").read_text().split(") ")[1][0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"{grandchild} still runs: {(grandchild / 'stat').read_text()}")
+    check.section("late", 60, lambda: pytest.fail("a section that cannot fit was started"))
+    assert check.result["sections"]["late"]["status"] == "not run"
+
+
+def test_the_shipped_bf16_config_trains_without_a_per_parameter_overflow_check(tiny_model):
+    """bench/bf16_paths.py counts in real training runs, through wrappers around DeepSpeed's own methods, the
+    calls of has_overflow_serial and the host reads made in it: none with the shipped ds_bf16 (ZeRO stage 1),
+    while bf16 at stage 0 calls it every step and reads every parameter tensor's flag (the tap sees them)."""
+    r = subprocess.run([PYTHON, ROOT / "bench" / "bf16_paths.py", "--paths", "ds_bf16", "stage0", "--steps", "2",
+                        "--model", tiny_model], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    rows = {row["path"]: row for row in result["rows"]}
+    shipped, stage0 = rows["ds_bf16"], rows["stage0"]
+    assert shipped["has_overflow_serial_per_step"] == shipped["overflow_check_reads_per_step"] == 0, shipped
+    assert shipped["precision"] == "bf16" and shipped["engine"]["optimizer_wrapper"] == "DeepSpeedZeroOptimizer"
+    assert stage0["has_overflow_serial_per_step"] == 1, stage0
+    assert stage0["overflow_check_reads_per_step"] == result["parameter_tensors"] > 10, stage0
+    assert stage0["engine"]["optimizer_wrapper"] == "FP16_UnfusedOptimizer"
 
 
 @pytest.mark.cpu  # two ranks on one host: its CPU

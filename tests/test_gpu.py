@@ -50,6 +50,7 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     assert len(losses) == 6 and all(map(math.isfinite, losses)), losses
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["precision"] == ("bf16" if config == "ds_bf16" else "fp16")
+    assert metrics["engine"]["optimizer"] == "torch.optim.adamw.AdamW"  # torch's: no DeepSpeed op built here
     assert metrics["device"] == torch.cuda.get_device_name(0) and metrics["peak_memory_gib"] > 0
     assert len(json.loads((out / "predictions.json").read_text())) == json.loads(
         (out / "eval_metrics.json").read_text())["questions"]

@@ -41,6 +41,34 @@ def test_one_rank_cpu_training_loss_falls(trained):
     assert "[transformers]" not in r.stderr and "Token indices" not in r.stderr, r.stderr[-3000:]
 
 
+def cpu_form(name, folder):
+    """A shipped config as this CPU runs it: fp16 (which needs a GPU) swapped for bf16, all else as shipped."""
+    cfg = json.loads((ROOT / "bert_squad" / "configs" / f"{name}.json").read_text())
+    if cfg.pop("fp16", {}).get("enabled"):
+        cfg["bf16"] = {"enabled": True}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("name", ["ds_fp32", "ds_bf16", "ds_fp16", "ds_zero2", "ds_zero3"])
+def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_train, tmp_path):
+    """The engine of every shipped config steps a torch.optim optimizer, so no DeepSpeed op is compiled on the
+    host; --no-export writes the metrics (each log line's window, what the engine built) and no model."""
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--no-export",
+                       "--output-dir", out, "--max-steps", 2, "--log-every", 1, "--cache-dir", tmp_path / "cache",
+                       "--deepspeed_config", cpu_form(name, tmp_path), *TINY_WINDOWS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    engine = metrics["engine"]
+    assert engine["optimizer"] == "torch.optim.adamw.AdamW" and engine["skipped_steps"] == 0, engine
+    assert "optimizer torch.optim.adamw.AdamW" in r.stdout
+    assert [log["step"] for log in metrics["logs"]] == [1, 2] and metrics["last_log"] == metrics["logs"][-1]
+    assert metrics["weights_sha256_per_rank"] == [] and not (out / "model.safetensors").exists()
+    assert "no model (--no-export)" in r.stdout
+
+
 def steps_planned(stdout):
     """(total steps, steps per epoch) from the run's `training N steps (M per epoch)` line."""
     found = re.search(r"^training (\d+) steps \((\d+) per epoch\)", stdout, re.M)
