@@ -193,6 +193,29 @@ def _check_encoder_loaded(model_dir, config, info, say):
             f"pretraining head, {n} tensor{'' if n == 1 else 's'})")
 
 
+def check_window(module, max_seq_length: int, name) -> None:
+    """A UserError unless windows of `max_seq_length` tokens fit the model `name`'s positions: the limit is the
+    model's own, not its tokenizer's model_max_length (a ModernBERT or EuroBERT takes 8,192 tokens whatever
+    its tokenizer says); a longer window would die in its embeddings or leave its rotary range."""
+    limit, source = max_tokens(module)
+    if limit is not None and max_seq_length > limit:
+        raise UserError(f"--max-seq-length {max_seq_length}: {name} takes at most {limit} tokens (its {source})")
+
+
+def max_tokens(module) -> tuple:
+    """(the most tokens a window may hold, what says so): the encoder's learned position embeddings (RoBERTa's
+    start after the padding index), else `max_position_embeddings` (rotary and relative positions); (None,
+    None) where the config names neither."""
+    import torch  # heavy: only where a model is loaded
+
+    for name, sub in module.named_modules():
+        if name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(sub, torch.nn.Embedding):
+            reserved = 0 if sub.padding_idx is None else sub.padding_idx + 1
+            return sub.num_embeddings - reserved, "position embeddings"
+    limit = getattr(module.config, "max_position_embeddings", None)
+    return (limit, "max_position_embeddings") if limit else (None, None)
+
+
 def _weights_reason(err):
     """torch's refusal of a pickle advises weights_only=False, which would run the file's code: not advice
     for a batch job, so it is said without it."""

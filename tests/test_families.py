@@ -21,7 +21,7 @@ from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
 from bert_squad.model import FAMILIES as KNOWN
 from helpers import MPIRUN, PYTHON, decode_spans, run_bert_squad
-from tiny_models import FAMILIES, HIDDEN, LAYERS, build_tiny_model
+from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -146,6 +146,40 @@ def assert_loads_with_transformers_alone(out, tmp_path):
         ours = qa.module(**enc).start_logits[0]
     assert alone["class"] == type(qa.module).__name__ and alone["class"].endswith("ForQuestionAnswering")
     assert not alone["bert_squad"] and torch.allclose(torch.tensor(alone["start"]), ours, atol=1e-5)
+
+
+# What limits a window: learned position embeddings (RoBERTa's and XLM-R's 514 less the 2 they reserve), or
+# max_position_embeddings where positions are relative (DeBERTa) or rotary (ModernBERT, EuroBERT).
+RELATIVE_OR_ROTARY = ("deberta-v3", "mdeberta-v3", *LONG)
+
+
+def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, sample_dev, tmp_path, capsys):
+    """--max-seq-length one past the model's positions is refused in one line naming the model's limit (exit 2,
+    nothing written); ModernBERT and EuroBERT train and evaluate at 8,192 tokens, one window per context, even
+    where their tokenizer's model_max_length says 512: the limit is the model's own."""
+    from bert_squad import cli
+
+    family, model_dir = family_model
+    limit = 8192 if family in LONG else 512
+    code = cli.main(["--model", str(model_dir), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "no"),
+                     "--cache-dir", str(tmp_path / "c"), "--max-seq-length", str(limit + 1), "--max-steps", "1"])
+    source = "max_position_embeddings" if family in RELATIVE_OR_ROTARY else "position embeddings"
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"bert-squad: error: --max-seq-length {limit + 1}: {model_dir} takes at most {limit} tokens (its {source})"]
+    assert not (tmp_path / "no").exists()
+    if family not in LONG:
+        return
+    short_tokenizer = tmp_path / "model"
+    shutil.copytree(model_dir, short_tokenizer)
+    config_file = short_tokenizer / "tokenizer_config.json"
+    config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), model_max_length=512)))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", short_tokenizer, "--train-file", sample_train, "--eval-file", sample_dev,
+                       "--max-steps", 1, "--max-seq-length", limit, "--output-dir", out, "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
+    counts = json.loads((out / "train_metrics.json").read_text())["features"]
+    assert counts["features"] == counts["examples"] == len(read_squad(sample_train)), counts  # one window each
+    assert f"eval {sample_dev}: {len(read_squad(sample_dev))} questions, {len(read_squad(sample_dev))} features" in r.stdout
 
 
 @pytest.mark.mpi
