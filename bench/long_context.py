@@ -27,7 +27,7 @@ from pathlib import Path
 SAMPLE = Path(__file__).resolve().parents[1] / "bert_squad" / "sample" / "train-v1.1.json"
 
 
-def long_examples(train_file, tokenizer, length, count):
+def long_examples(train_file: str, tokenizer, length: int, count: int) -> "Examples":
     """`count` questions of `train_file` whose contexts go on (after their own text, so answers keep their
     offsets) with the file's paragraphs, repeated until they alone are `length` tokens."""
     from bert_squad.data import Examples, read_squad
@@ -40,7 +40,7 @@ def long_examples(train_file, tokenizer, length, count):
     return Examples([dict(r, id=f"{r['id']}-{i}") for i, r in enumerate(chosen)], str(train_file), False)
 
 
-def features_of(args, tokenizer, length):
+def features_of(args: argparse.Namespace, tokenizer, length: int) -> tuple:
     """(full windows of `length` tokens, enough for the steps; built features/s)."""
     from bert_squad.config import WindowConfig
     from bert_squad.features import build_features
@@ -54,19 +54,19 @@ def features_of(args, tokenizer, length):
     return features.select(full[:args.batch * (args.steps + 1)]), rate
 
 
-def step(module, optimizer, batch):
+def step(module: "torch.nn.Module", optimizer: "torch.optim.Optimizer", batch: dict) -> None:
     loss = module(**batch).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def rss_gib():
+def rss_gib() -> float:
     """This process's resident size now (Linux: /proc/self/statm, in pages)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
-def measure(args, length):
+def measure(args: argparse.Namespace, length: int) -> dict:
     """One length, in this (fresh) process: a row of the table."""
     import datasets
     import torch
@@ -108,7 +108,7 @@ def measure(args, length):
             "device": str(device)}
 
 
-def main():
+def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a model dir whose positions reach the longest --lengths")
     p.add_argument("--train-file", default=str(SAMPLE), help="SQuAD JSON the questions and filler text come from")

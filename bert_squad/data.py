@@ -82,7 +82,7 @@ def _question(qa, context, path, where, labelled=True):
             "is_impossible": impossible}
 
 
-def _repaired(record: dict, path, strict: bool) -> tuple:
+def _repaired(record: dict, path: Path, strict: bool) -> tuple:
     """(`record` with each lone UTF-16 surrogate of its question, context, title and answers replaced by U+FFFD,
     whether it had one): such text is valid JSON but not Unicode, and no tokenizer takes it. One character
     for one, so every answer_start still points at its answer. An id is not repaired (predictions are filed

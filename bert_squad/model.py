@@ -14,9 +14,14 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 from bert_squad.errors import UserError
+
+if TYPE_CHECKING:  # transformers loads with the model, not for the commands that load none
+    from transformers import PretrainedConfig, PreTrainedModel
+
+PathLike = Union[str, os.PathLike]
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def _reason(err):
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
-def _check_model_type(model_dir):
+def _check_model_type(model_dir: PathLike) -> None:
     """A family newer than the installed transformers fails in its tokenizer with a message about the
     tokenizer file, in its config with a paragraph, or (ModernBERT on 4.48-4.50) only where its missing
     question-answering class is looked up: name the real cause and the release that has it, in one line."""
@@ -98,7 +103,7 @@ def load_tokenizer(model_dir):
     return tok
 
 
-def load_qa_model(model_dir, say: Optional[Callable[[str], None]] = None):
+def load_qa_model(model_dir: PathLike, say: Optional[Callable[[str], None]] = None) -> "PreTrainedModel":
     """A question-answering model in fp32 (DeepSpeed casts it to the run's precision and keeps fp32 master
     weights; a checkpoint saved in bf16 would otherwise train in bf16 under an fp32 config). An encoder
     checkpoint gets a new span head (that is fine-tuning): transformers' own where the family has one, the
@@ -121,7 +126,7 @@ def load_qa_model(model_dir, say: Optional[Callable[[str], None]] = None):
     return module.float()
 
 
-def empty_qa_model(model_dir):
+def empty_qa_model(model_dir: PathLike) -> "PreTrainedModel":
     """The question-answering model the config in `model_dir` describes (a checkpoint's `hf/`), randomly
     initialised: its weights come from elsewhere."""
     from transformers import AutoModelForQuestionAnswering  # heavy: not for the commands that load no model
@@ -134,7 +139,7 @@ def empty_qa_model(model_dir):
         return qa_class._from_config(config)
 
 
-def _config(model_dir):
+def _config(model_dir: PathLike) -> "PretrainedConfig":
     from transformers import AutoConfig  # heavy: not for the commands that load no model
 
     _check_model_type(model_dir)
@@ -144,7 +149,7 @@ def _config(model_dir):
         raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
 
 
-def _qa_class(config, model_dir):
+def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type:
     """transformers' AutoModelForQuestionAnswering where it has a class for this config, else the project's
     span head on the family's encoder (AutoModel's class), and always for a model saved with that head."""
     import transformers  # heavy: not for the commands that load no model
@@ -163,7 +168,7 @@ def _qa_class(config, model_dir):
 
 
 @contextlib.contextmanager
-def _quiet_loading():
+def _quiet_loading() -> Iterator[None]:
     """Loading an encoder into a QA head is expected: no "newly initialized" warning to alarm users, and no
     torch remark on a pickle it cannot read safely, before it is refused."""
     import transformers  # heavy: not for the commands that load no model
@@ -178,7 +183,8 @@ def _quiet_loading():
         transformers.logging.set_verbosity(verbosity)
 
 
-def _check_encoder_loaded(model_dir, config, info, say):
+def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info: dict,
+                          say: Optional[Callable[[str], None]]) -> None:
     """The project's span head needs the whole encoder from the checkpoint (only the head may be new); what
     the checkpoint has beyond it (a masked-LM head) is left out, and `say` is told so, in one line."""
     missing = [k for k in info["missing_keys"] if not k.startswith("qa_outputs.")]
@@ -193,7 +199,7 @@ def _check_encoder_loaded(model_dir, config, info, say):
             f"pretraining head, {n} tensor{'' if n == 1 else 's'})")
 
 
-def check_window(module, max_seq_length: int, name) -> None:
+def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike) -> None:
     """A UserError unless windows of `max_seq_length` tokens fit the model `name`'s positions: the limit is the
     model's own, not its tokenizer's model_max_length (a ModernBERT or EuroBERT takes 8,192 tokens whatever
     its tokenizer says); a longer window would die in its embeddings or leave its rotary range."""
@@ -202,7 +208,7 @@ def check_window(module, max_seq_length: int, name) -> None:
         raise UserError(f"--max-seq-length {max_seq_length}: {name} takes at most {limit} tokens (its {source})")
 
 
-def max_tokens(module) -> tuple:
+def max_tokens(module: "PreTrainedModel") -> tuple:
     """(the most tokens a window may hold, what says so): the encoder's learned position embeddings (RoBERTa's
     start after the padding index), else `max_position_embeddings` (rotary and relative positions); (None,
     None) where the config names neither."""
@@ -236,7 +242,7 @@ def gathered_state_dict(engine):
     return engine.module.state_dict()
 
 
-def export(module, state, tokenizer, out_dir):
+def export(module: "PreTrainedModel", state: dict, tokenizer, out_dir: PathLike) -> None:
     """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
     with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
@@ -251,7 +257,7 @@ def export(module, state, tokenizer, out_dir):
     tmp.rmdir()
 
 
-def _write_span_head(module, out_dir):
+def _write_span_head(module: "PreTrainedModel", out_dir: PathLike) -> None:
     """Beside the weights of a model with the project's span head: span_head.py and the class its config names,
     so that transformers alone loads it (`AutoModelForQuestionAnswering`, trust_remote_code=True)."""
     from bert_squad import span_head  # imports transformers: not for the commands that load no model

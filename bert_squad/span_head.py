@@ -18,9 +18,11 @@ loads the model with transformers alone.
 """
 
 from functools import lru_cache
+from typing import Optional
 
+import torch
 from torch import nn
-from transformers import CONFIG_MAPPING, PreTrainedModel
+from transformers import CONFIG_MAPPING, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
@@ -32,7 +34,7 @@ class SpanHead:
 
     encoder_class = None  # the family's encoder (AutoModel's class for its config), set by for_model_type
 
-    def __init__(self, config):
+    def __init__(self, config: PretrainedConfig):
         super().__init__(config)
         setattr(self, self.base_model_prefix, self.encoder_class(config))
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
@@ -40,14 +42,16 @@ class SpanHead:
         config.auto_map = {"AutoModelForQuestionAnswering": f"{MODULE}.{type(self).__name__}"}
         self.post_init()
 
-    def _init_weights(self, module):
+    def _init_weights(self, module: nn.Module) -> None:
         if module is getattr(self, "qa_outputs", None):  # BERT's qa_outputs initialisation
             nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
             nn.init.zeros_(module.bias)
         else:
             super()._init_weights(module)
 
-    def forward(self, input_ids=None, attention_mask=None, start_positions=None, end_positions=None, **kwargs):
+    def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
+                start_positions: Optional[torch.Tensor] = None, end_positions: Optional[torch.Tensor] = None,
+                **kwargs) -> QuestionAnsweringModelOutput:
         """Start and end logits per token; with positions, the loss BERT's question-answering head has
         (positions outside the window are ignored)."""
         hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -322,7 +323,7 @@ def test_fuzz_an_answer_is_labelled_exactly_in_every_window_that_holds_it(data, 
 
 # --- text a tokenizer cannot take, through the command line -------------------------------------------
 
-def damaged_text_file(path):
+def damaged_text_file(path: Path) -> Path:
     """A SQuAD file whose text reaches a tokenizer in the shapes it refuses or reduces to nothing: lone UTF-16
     surrogates (valid JSON escapes) in a context, a question and an answer, and a context of control
     characters only (BERT's normalizer drops them all: a context of no tokens)."""

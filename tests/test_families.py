@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,7 +133,7 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
         assert_loads_with_transformers_alone(out, tmp_path)
 
 
-def assert_loads_with_transformers_alone(out, tmp_path):
+def assert_loads_with_transformers_alone(out: Path, tmp_path: Path) -> None:
     """The export of a model with the project's span head: its config names the modelling file beside the
     weights, which transformers alone (no bert_squad imported) loads to the same logits as the project."""
     question, context = "Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834."

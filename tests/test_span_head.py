@@ -7,6 +7,7 @@ evaluation with --keep-best, a checkpoint resumed on another number of ranks, `e
 transformers alone."""
 
 import json
+from pathlib import Path
 
 import pytest
 import transformers
@@ -32,7 +33,7 @@ def eurobert(tmp_path_factory):
     return build_tiny_model("eurobert", tmp_path_factory.mktemp("tiny-eurobert"))
 
 
-def config_file(name, tmp_path):
+def config_file(name: str, tmp_path: Path):
     return name if name.startswith("ds_") else zero_on_cpu(tmp_path, int(name[4]), bf16=True)
 
 
@@ -67,7 +68,7 @@ def test_two_ranks_then_one_and_the_export_of_any_checkpoint(config, eurobert, s
     assert_span_head_export(export)
 
 
-def assert_span_head_export(directory):
+def assert_span_head_export(directory: Path) -> None:
     config = json.loads((directory / "config.json").read_text())
     assert config["architectures"] == ["EuroBertForQuestionAnswering"]
     assert config["auto_map"] == {"AutoModelForQuestionAnswering": f"{span_head.MODULE}.EuroBertForQuestionAnswering"}

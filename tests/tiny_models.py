@@ -113,7 +113,7 @@ def _modernbert(texts):
                      mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
 
 
-def _eurobert(texts):
+def _eurobert(texts: list) -> tuple:
     from tokenizers import processors
 
     begin, end, mask = "<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 from packaging.version import Version
 
@@ -26,7 +27,7 @@ from bert_squad.model import FAMILIES  # noqa: E402  (the checkout's, not an ins
 OLDEST = Version("2.0.0")  # the first release named transformers (before it: pytorch-transformers)
 
 
-def releases():
+def releases() -> list:
     """Every transformers release on the index from OLDEST on, oldest first."""
     out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True,
                          text=True, check=True).stdout
@@ -34,7 +35,7 @@ def releases():
     return sorted(v for v in map(Version, listed) if not v.is_prerelease and v >= OLDEST)
 
 
-def wheel(version, wheels):
+def wheel(version: Version, wheels: Path) -> Path:
     """The wheel of `version` in `wheels`, downloaded there first where it is not."""
     found = sorted(wheels.glob(f"transformers-{version}-*.whl"))
     if not found:
@@ -44,14 +45,14 @@ def wheel(version, wheels):
     return found[0]
 
 
-def defines(version, name, wheels):
+def defines(version: Version, name: str, wheels: Path) -> bool:
     """Whether the wheel of `version` defines class `name` in one of its Python files."""
     needle = f"class {name}(".encode()
     with zipfile.ZipFile(wheel(version, wheels)) as z:
         return any(needle in z.read(n) for n in z.namelist() if n.endswith(".py"))
 
 
-def first_with(name, versions, wheels):
+def first_with(name: str, versions: list, wheels: Path) -> tuple:
     """(the first of `versions` whose wheel defines `name`, the release before it, whose wheel does not):
     (None, newest) where no release has it, (oldest, None) where the oldest has it."""
     lo, hi = 0, len(versions) - 1
@@ -68,7 +69,7 @@ def first_with(name, versions, wheels):
     return versions[hi], versions[lo]
 
 
-def main(argv=None):
+def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wheels", default="wheels-transformers", help="where the wheels are kept")
     args = p.parse_args(argv)
