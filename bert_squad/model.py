@@ -195,8 +195,8 @@ def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info:
     if left_out and say is not None:
         n = len(info["unexpected_keys"])
         say(f"{model_dir}: its {config.model_type} encoder loaded into a new span head (bert-squad's, "
-            f"transformers has no question-answering class for it); left out: {', '.join(left_out)} (a "
-            f"pretraining head, {n} tensor{'' if n == 1 else 's'})")
+            f"transformers has no question-answering class for it); left out: {', '.join(left_out)} (the head "
+            f"it was saved with, {n} tensor{'' if n == 1 else 's'})")
 
 
 def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike) -> None:

@@ -110,7 +110,8 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
 
 
 def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tmp_path):
-    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation and the export."""
+    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation, the export and
+    `predict` from it."""
     from bert_squad.perf import flops_per_sample, model_shape
 
     family, model_dir = family_model
@@ -124,6 +125,11 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
     assert metrics["run_mfu"] == pytest.approx(metrics["run_tflops_per_device"] / 0.5)
     assert "f1" in json.loads((out / "eval_metrics.json").read_text())
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    # `predict` from the export answers as the run's evaluation did, byte for byte.
+    predicted = run_bert_squad("predict", "--model-dir", out, "--input", sample_dev, "--output-dir",
+                               tmp_path / "predicted", "--cache-dir", tmp_path / "c", "--max-seq-length", 96)
+    assert predicted.returncode == 0, f"{family}: {predicted.stderr[-3000:]}"
+    assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
     # Every family's FLOPs count its real parameters and its attention term.
     n, layers, hidden = model_shape(Answerer.from_pretrained(out).module)
     assert (layers, hidden) == (LAYERS, HIDDEN) and n > 4 * LAYERS * HIDDEN ** 2  # q, k, v, o alone
