@@ -9,7 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
 # What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
-# and load and label every encoder family it has; and its venv must be the pinned one.
+# load and label every encoder family it has, and refuse the ones newer than it naming the release they need; and
+# its venv must be the pinned one.
 COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py tests/test_pins.py
 # The tests whose oracle only transformers 4.x has (the SQuAD v2.0 scorer): run there, left out of the main venv.
 ORACLE_4X_TESTS := tests/test_metrics.py tests/test_score_cli.py

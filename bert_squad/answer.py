@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from bert_squad import cache, config, model
+from bert_squad import cache, config, model, squad
 from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
 from bert_squad.errors import UserError
@@ -79,6 +79,7 @@ class Answerer:
 
     def predict(self, examples):
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
+        model.check_window(self.module, self.windows.max_seq_length, self.tokenizer.name_or_path)
         check_tokenizer(self.tokenizer, examples.records[0], self.windows)
         features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
         return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
@@ -91,6 +92,8 @@ class Answerer:
             for field, text in (("question", question), ("context", context)):
                 if not isinstance(text, str) or not text.strip():
                     raise UserError(f"question {qid}: the {field} is empty")
+                if squad.lone_surrogate(text) is not None:
+                    raise UserError(squad.surrogate_line(f"question {qid}: the {field}", text))
         records = [{"id": qid, "title": "", "question": q, "context": c,
                     "answers": {"text": [], "answer_start": []}, "is_impossible": False}
                    for qid, (q, c) in zip(ids, pairs)]
@@ -120,6 +123,8 @@ def read_questions(path):
         for key in ("question", "context"):
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 raise UserError(f"{path}:{n}: field '{key}' should be a non-empty string")
+            if squad.lone_surrogate(obj[key]) is not None:
+                raise UserError(squad.surrogate_line(f"{path}:{n}: field '{key}'", obj[key]))
         ids.append(str(obj.get("id", n)))
         pairs.append((obj["question"], obj["context"]))
     if not pairs:
@@ -167,6 +172,9 @@ def _questions(args):
     context = read_text(args.context_file) if args.context_file else args.context
     if not context.strip():
         raise UserError(f"{args.context_file or '--context'}: the context is empty")
+    for where, text in (("--question", args.question), ("--context", context)):
+        if squad.lone_surrogate(text) is not None:  # a byte that is not UTF-8, as Python decodes the command line
+            raise UserError(squad.surrogate_line(where, text) + " (a byte that is not UTF-8?)")
     return ["question"], [(args.question, context)]
 
 

@@ -23,14 +23,17 @@ class Examples:
     version_2: bool
     skipped_ids: list = field(default_factory=list)  # answer_start that does not match the text
     empty_question_ids: list = field(default_factory=list)  # question text empty or only whitespace
+    repaired_ids: list = field(default_factory=list)  # kept, their lone UTF-16 surrogates replaced by U+FFFD
 
     def __len__(self):
         return len(self.records)
 
     def skip_summary(self):
-        """What reading left out, as the start-up lines say it."""
+        """What reading left out (and repaired, where it did), as the start-up lines say it."""
+        repaired = (f", {len(self.repaired_ids)} repaired (lone UTF-16 surrogates replaced by U+FFFD)"
+                    if self.repaired_ids else "")
         return (f"{len(self.skipped_ids)} questions skipped (answer_start off its text), "
-                f"{len(self.empty_question_ids)} skipped (empty question)")
+                f"{len(self.empty_question_ids)} skipped (empty question){repaired}")
 
 
 def _require(obj, key, kind, where, default=None):
@@ -79,6 +82,28 @@ def _question(qa, context, path, where, labelled=True):
             "is_impossible": impossible}
 
 
+def _repaired(record: dict, path: Path, strict: bool) -> tuple:
+    """(`record` with each lone UTF-16 surrogate of its question, context, title and answers replaced by U+FFFD,
+    whether it had one): such text is valid JSON but not Unicode, and no tokenizer takes it. One character
+    for one, so every answer_start still points at its answer. An id is not repaired (predictions are filed
+    under it), nor anything with `strict`: one error line instead."""
+    if squad.lone_surrogate(record["id"]) is not None:
+        raise UserError(squad.surrogate_line(f"{path}: question id {record['id']!r}", record["id"],
+                                             "no predictions file can name it"))
+    texts = [("question", record["question"]), ("context", record["context"]), ("title", record["title"]),
+             *(("answer", t) for t in record["answers"]["text"])]
+    damaged = next(((name, t) for name, t in texts if squad.lone_surrogate(t) is not None), None)
+    if damaged is None:
+        return record, False
+    if strict:
+        raise UserError(squad.surrogate_line(f"{path}: question {record['id']}: its {damaged[0]}", damaged[1]) +
+                        " (--strict; drop --strict to replace such characters by U+FFFD)")
+    fix = squad.without_lone_surrogates
+    answers = dict(record["answers"], text=[fix(t) for t in record["answers"]["text"]])
+    return dict(record, question=fix(record["question"]), context=fix(record["context"]),
+                title=fix(record["title"]), answers=answers), True
+
+
 def _paragraphs(doc, path):
     """(title, context, qas, where) of every paragraph, checking the nesting on the way."""
     _require(doc, "version", str, str(path), default="")
@@ -96,17 +121,21 @@ def read_squad(path, strict=False, labelled=True):
     """Read an official SQuAD file; structural faults raise, answer-offset mismatches skip the question.
 
     A question whose `answer_start` does not point at its answer text (its labels would be wrong), or
-    whose text is empty or whitespace (nothing to ask), is counted and skipped, or with `strict` raises.
+    whose text is empty or whitespace (nothing to ask), is counted and skipped, or with `strict` raises;
+    one whose text no tokenizer takes (a lone surrogate) is repaired and counted (`_repaired`).
     Unless `labelled` (`bert-squad predict`), answers are optional and left unread.
     """
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
-    records, skipped = [], {"offset": [], "empty": []}
+    records, skipped = [], {"offset": [], "empty": [], "repaired": []}
     for title, context, qas, where in _paragraphs(doc, path):
         for q, qa in enumerate(qas):
             try:
-                records.append({"title": title, "context": context,
-                                **_question(qa, context, path, f"{where} question {q}", labelled)})
+                record = {"title": title, "context": context,
+                          **_question(qa, context, path, f"{where} question {q}", labelled)}
+                record, repaired = _repaired(record, path, strict)
+                records.append(record)
+                skipped["repaired"] += [record["id"]] if repaired else []
             except _Skip as skip:
                 if strict:
                     raise UserError(f"{skip} (--strict; drop --strict to skip such questions)") from None
@@ -117,7 +146,8 @@ def read_squad(path, strict=False, labelled=True):
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"{path}: question id {dup} appears more than once")
-    return Examples(records, str(path), squad.is_squad_v2(doc), skipped["offset"], skipped["empty"])
+    return Examples(records, str(path), squad.is_squad_v2(doc), skipped["offset"], skipped["empty"],
+                    skipped["repaired"])
 
 
 def load_hub_split(name, split, cache_dir):

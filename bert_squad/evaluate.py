@@ -133,6 +133,7 @@ def on_every_rank(args, windows, files, task):
     for examples in files:
         check_tokenizer(tokenizer, examples.records[0], windows)
     module = model.load_qa_model(model_dir)
+    model.check_window(module, windows.max_seq_length, model_dir)
     writable_directory(args.output_dir, "--output-dir ")
     dist = distributed.detect()
     results = []

@@ -41,7 +41,7 @@ def run(args):
         raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
                         f"older bert-squad; resume it with --resume and let the run finish to export it")
     tokenizer = model.load_tokenizer(hf)
-    module = _empty_model(hf).to(training_dtype(found.layout))  # as the run's model was: its config says so
+    module = model.empty_qa_model(hf).to(training_dtype(found.layout))  # as the run's model was: its config says so
     state = weights(found)
     missing = sorted(set(module.state_dict()) - set(state))
     if missing:
@@ -50,20 +50,6 @@ def run(args):
     model.export(module, state, tokenizer, Path(args.output_dir))
     print(f"exported {found.path} to {args.output_dir}")
     return 0
-
-
-def _empty_model(hf):
-    """The QA model its config describes (randomly initialised: its weights come from the checkpoint)."""
-    import transformers  # heavy: after the arguments parsed
-    from transformers import AutoConfig, AutoModelForQuestionAnswering
-
-    model_config = AutoConfig.from_pretrained(str(hf), local_files_only=True)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        return AutoModelForQuestionAnswering.from_config(model_config)
-    finally:
-        transformers.logging.set_verbosity(verbosity)
 
 
 def weights(found):

@@ -58,10 +58,10 @@ def prepare_train(batch, tokenizer, windows):
         seq_ids = enc.sequence_ids(i)
         answers = batch["answers"][sample_map[i]]
         start_pos = end_pos = 0
-        if answers["text"]:
+        ctx = [t for t, s in enumerate(seq_ids) if s == 1]
+        if answers["text"] and ctx:  # no context tokens: all its characters are ones the tokenizer drops (controls)
             start_char = answers["answer_start"][0]
             end_char = start_char + len(answers["text"][0])
-            ctx = [t for t, s in enumerate(seq_ids) if s == 1]
             first, last = ctx[0], ctx[-1]
             if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
                 start_pos = next(t for t in range(first, last + 1) if offsets[t][1] > start_char)
@@ -103,12 +103,9 @@ def check_tokenizer(tokenizer, record, windows):
     """Once, on the first question, before any feature is built: the tokenizer must turn the context into
     tokens with character offsets (a byte-level BPE or WordPiece vocabulary that matches nothing of the text
     gives none) and mark it as the second sequence of the pair (a post-processor template without it does
-    not). Either way labels and answers could not be placed; said in one line naming the tokenizer. The
-    windows must fit the model (its tokenizer's model_max_length): longer ones died in its embeddings."""
+    not). Either way labels and answers could not be placed; said in one line naming the tokenizer. (Whether
+    the windows fit the model's positions is the model's to say: `model.check_window`.)"""
     where = f"{tokenizer.name_or_path}: its tokenizer"
-    if windows.max_seq_length > tokenizer.model_max_length:
-        raise UserError(f"--max-seq-length {windows.max_seq_length}: {tokenizer.name_or_path} takes at most "
-                        f"{tokenizer.model_max_length} tokens (its tokenizer's model_max_length)")
     # Cut to one window, as the features are: a whole long context would only make the tokenizer warn.
     cut = dict(truncation=True, max_length=windows.max_seq_length)
     alone = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True, **cut)
@@ -188,4 +185,5 @@ def feature_report(examples, train_features):
     return {"examples": len(examples), "features": len(train_features), "answerable": answerable,
             "windows_without_answer": outside, "answers_in_no_window": answerable - len(labelled),
             "skipped_bad_offsets": len(examples.skipped_ids),
-            "skipped_empty_questions": len(examples.empty_question_ids)}
+            "skipped_empty_questions": len(examples.empty_question_ids),
+            "repaired_surrogates": len(examples.repaired_ids)}

@@ -1,16 +1,58 @@
 """Model and tokenizer: loaded from a local directory (`cache.find_model` resolves hub names to one), never
 from the network; exported in Hugging Face format so `AutoModelForQuestionAnswering` (transformers 4
 and 5) and `bert_squad.answer.Answerer` load it.
+
+An encoder family transformers ships without a question-answering class gets the project's span head
+(`span_head.py`); its exports carry that file, so transformers alone loads them (with trust_remote_code).
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 from bert_squad.errors import UserError
+
+if TYPE_CHECKING:  # transformers loads with the model, not for the commands that load none
+    from transformers import PretrainedConfig, PreTrainedModel
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass(frozen=True)
+class Family:
+    """An encoder family the project names, and the first transformers release whose wheel has the class the
+    project loads for it: its question-answering class, or its encoder where transformers has no such class
+    (the span head goes on it). Read from the wheels (tools/family_floors.py), not remembered."""
+
+    name: str  # as docs/models.md names it
+    model_type: str  # config.json's model_type
+    loads: str  # the transformers class the project loads
+    since: str  # the first release whose wheel has `loads`
+
+
+FAMILIES = (
+    Family("BERT", "bert", "BertForQuestionAnswering", "2.0.0"),  # the first release named transformers
+    Family("DistilBERT", "distilbert", "DistilBertForQuestionAnswering", "2.0.0"),
+    Family("RoBERTa", "roberta", "RobertaForQuestionAnswering", "2.4.0"),
+    Family("ELECTRA", "electra", "ElectraForQuestionAnswering", "3.0.0"),
+    Family("DeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", "4.4.0"),
+    Family("ModernBERT", "modernbert", "ModernBertForQuestionAnswering", "4.51.0"),
+    Family("XLM-RoBERTa", "xlm-roberta", "XLMRobertaForQuestionAnswering", "3.0.0"),
+    Family("mDeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", "4.4.0"),
+    Family("mmBERT", "modernbert", "ModernBertForQuestionAnswering", "4.51.0"),
+    Family("EuroBERT", "eurobert", "EuroBertModel", "5.3.0"),
+)
+
+
+def family(model_type: str) -> Optional[Family]:
+    """The first family of FAMILIES with this model type (DeBERTa-v3 for deberta-v2, ModernBERT for modernbert)."""
+    return next((f for f in FAMILIES if f.model_type == model_type), None)
 
 
 def _reason(err):
@@ -18,17 +60,26 @@ def _reason(err):
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
-def _check_model_type(model_dir):
-    """A family newer than the installed transformers (ModernBERT before 4.48) fails in its tokenizer with a
-    message about the tokenizer file, or in its config with a paragraph: name the real cause, in one line."""
+def _check_model_type(model_dir: PathLike) -> None:
+    """A family newer than the installed transformers fails in its tokenizer with a message about the
+    tokenizer file, in its config with a paragraph, or (ModernBERT on 4.48-4.50) only where its missing
+    question-answering class is looked up: name the real cause and the release that has it, in one line."""
     import transformers  # heavy: not for the commands that load no model
+    from packaging.version import Version  # transformers' own dependency, loaded with it
     from transformers import CONFIG_MAPPING
 
     try:
         model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
     except (OSError, ValueError, AttributeError):
         return  # no readable config: the loaders say what is wrong with the directory
-    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+    if not isinstance(model_type, str):
+        return
+    known = family(model_type)
+    if known and Version(transformers.__version__) < Version(known.since):
+        raise UserError(f"{model_dir}: a {known.name} model ({model_type}) needs transformers >= {known.since}, the "
+                        f"first release with {known.loads}; this is transformers {transformers.__version__} "
+                        f"(docs/models.md)")
+    if model_type not in CONFIG_MAPPING:
         raise UserError(f"{model_dir}: model type '{model_type}' is unknown to transformers "
                         f"{transformers.__version__}: a newer transformers has it (docs/models.md)")
 
@@ -52,29 +103,123 @@ def load_tokenizer(model_dir):
     return tok
 
 
-def load_qa_model(model_dir):
-    """A question-answering model; an encoder checkpoint gets a new span head (that is fine-tuning).
+def load_qa_model(model_dir: PathLike, say: Optional[Callable[[str], None]] = None) -> "PreTrainedModel":
+    """A question-answering model in fp32 (DeepSpeed casts it to the run's precision and keeps fp32 master
+    weights; a checkpoint saved in bf16 would otherwise train in bf16 under an fp32 config). An encoder
+    checkpoint gets a new span head (that is fine-tuning): transformers' own where the family has one, the
+    project's (`span_head.py`) where it has none. `say(line)` is told what the project's head left out of
+    the checkpoint (a masked-LM head).
 
     transformers picks SDPA attention by itself where the family has it (DeBERTa has not)."""
-    import transformers  # heavy: not for the commands that load no model
-    from transformers import AutoConfig, AutoModelForQuestionAnswering
+    from bert_squad import span_head  # imports transformers: not for the commands that load no model
+
+    config = _config(model_dir)
+    qa_class = _qa_class(config, model_dir)
+    with _quiet_loading():
+        try:
+            module, info = qa_class.from_pretrained(str(model_dir), config=config, local_files_only=True,
+                                                    output_loading_info=True)
+        except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
+            raise UserError(f"{model_dir}: cannot load model weights ({_weights_reason(err)})") from None
+    if issubclass(qa_class, span_head.SpanHead):
+        _check_encoder_loaded(model_dir, config, info, say)
+    return module.float()
+
+
+def empty_qa_model(model_dir: PathLike) -> "PreTrainedModel":
+    """The question-answering model the config in `model_dir` describes (a checkpoint's `hf/`), randomly
+    initialised: its weights come from elsewhere."""
+    from transformers import AutoModelForQuestionAnswering  # heavy: not for the commands that load no model
+
+    config = _config(model_dir)
+    qa_class = _qa_class(config, model_dir)
+    with _quiet_loading():
+        if qa_class is AutoModelForQuestionAnswering:
+            return qa_class.from_config(config)
+        return qa_class._from_config(config)
+
+
+def _config(model_dir: PathLike) -> "PretrainedConfig":
+    from transformers import AutoConfig  # heavy: not for the commands that load no model
 
     _check_model_type(model_dir)
     try:
-        config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+        return AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
         raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
-    # Loading an encoder into a QA head is expected; don't alarm users with the "newly initialized" warning.
+
+
+def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type:
+    """transformers' AutoModelForQuestionAnswering where it has a class for this config, else the project's
+    span head on the family's encoder (AutoModel's class), and always for a model saved with that head."""
+    import transformers  # heavy: not for the commands that load no model
+    from transformers import AutoModelForQuestionAnswering
+    from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING, MODEL_MAPPING
+
+    from bert_squad import span_head  # imports transformers: not for the commands that load no model
+
+    saved = str((getattr(config, "auto_map", None) or {}).get("AutoModelForQuestionAnswering", ""))
+    if not saved.startswith(f"{span_head.MODULE}.") and type(config) in MODEL_FOR_QUESTION_ANSWERING_MAPPING:
+        return AutoModelForQuestionAnswering
+    if type(config) in MODEL_MAPPING:
+        return span_head.for_model_type(config.model_type)
+    raise UserError(f"{model_dir}: transformers {transformers.__version__} has neither a question-answering class "
+                    f"nor an encoder for model type '{config.model_type}'")
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Loading an encoder into a QA head is expected: no "newly initialized" warning to alarm users, and no
+    torch remark on a pickle it cannot read safely, before it is refused."""
+    import transformers  # heavy: not for the commands that load no model
+
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        with warnings.catch_warnings():  # torch's remark on a pickle it cannot read safely, before refusing it
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return AutoModelForQuestionAnswering.from_pretrained(str(model_dir), config=config, local_files_only=True)
-    except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
-        raise UserError(f"{model_dir}: cannot load model weights ({_weights_reason(err)})") from None
+            yield
     finally:
         transformers.logging.set_verbosity(verbosity)
+
+
+def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info: dict,
+                          say: Optional[Callable[[str], None]]) -> None:
+    """The project's span head needs the whole encoder from the checkpoint (only the head may be new); what
+    the checkpoint has beyond it (a masked-LM head) is left out, and `say` is told so, in one line."""
+    missing = [k for k in info["missing_keys"] if not k.startswith("qa_outputs.")]
+    if missing:
+        raise UserError(f"{model_dir}: cannot load model weights (they lack {missing[0]} of the "
+                        f"{config.model_type} encoder{f' and {len(missing) - 1} more' if len(missing) > 1 else ''})")
+    left_out = sorted({k.split(".")[0] for k in info["unexpected_keys"]})
+    if left_out and say is not None:
+        n = len(info["unexpected_keys"])
+        say(f"{model_dir}: its {config.model_type} encoder loaded into a new span head (bert-squad's, "
+            f"transformers has no question-answering class for it); left out: {', '.join(left_out)} (the head "
+            f"it was saved with, {n} tensor{'' if n == 1 else 's'})")
+
+
+def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike) -> None:
+    """A UserError unless windows of `max_seq_length` tokens fit the model `name`'s positions: the limit is the
+    model's own, not its tokenizer's model_max_length (a ModernBERT or EuroBERT takes 8,192 tokens whatever
+    its tokenizer says); a longer window would die in its embeddings or leave its rotary range."""
+    limit, source = max_tokens(module)
+    if limit is not None and max_seq_length > limit:
+        raise UserError(f"--max-seq-length {max_seq_length}: {name} takes at most {limit} tokens (its {source})")
+
+
+def max_tokens(module: "PreTrainedModel") -> tuple:
+    """(the most tokens a window may hold, what says so): the encoder's learned position embeddings (RoBERTa's
+    start after the padding index), else `max_position_embeddings` (rotary and relative positions); (None,
+    None) where the config names neither."""
+    import torch  # heavy: only where a model is loaded
+
+    for name, sub in module.named_modules():
+        if name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(sub, torch.nn.Embedding):
+            reserved = 0 if sub.padding_idx is None else sub.padding_idx + 1
+            return sub.num_embeddings - reserved, "position embeddings"
+    limit = getattr(module.config, "max_position_embeddings", None)
+    return (limit, "max_position_embeddings") if limit else (None, None)
 
 
 def _weights_reason(err):
@@ -97,17 +242,32 @@ def gathered_state_dict(engine):
     return engine.module.state_dict()
 
 
-def export(module, state, tokenizer, out_dir):
-    """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically."""
+def export(module: "PreTrainedModel", state: dict, tokenizer, out_dir: PathLike) -> None:
+    """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
+    with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
     tmp = out_dir / f".export-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
     module.save_pretrained(str(tmp), state_dict=state)
+    _write_span_head(module, tmp)
     save_tokenizer(tokenizer, tmp)
     for f in tmp.iterdir():
         os.replace(f, out_dir / f.name)
     tmp.rmdir()
+
+
+def _write_span_head(module: "PreTrainedModel", out_dir: PathLike) -> None:
+    """Beside the weights of a model with the project's span head: span_head.py and the class its config names,
+    so that transformers alone loads it (`AutoModelForQuestionAnswering`, trust_remote_code=True)."""
+    from bert_squad import span_head  # imports transformers: not for the commands that load no model
+
+    if not isinstance(module, span_head.SpanHead):
+        return
+    source = Path(span_head.__file__).read_text()
+    name = type(module).__name__
+    footer = f"\n\n# The class config.json's auto_map names.\n{name} = for_model_type({module.config.model_type!r})\n"
+    (Path(out_dir) / f"{span_head.MODULE}.py").write_text(source + footer)
 
 
 def save_tokenizer(tokenizer, out_dir):

@@ -7,6 +7,34 @@
 `is_impossible` and `plausible_answers` are v2.0's; everything else is common to both versions.
 """
 
+import re
+from typing import Optional
+
+# A UTF-16 surrogate in a Python string stands alone (json.loads joins an escaped pair into one character):
+# valid JSON ("\ud800") or a byte that was not UTF-8 (as surrogateescape decodes a command line), but not
+# Unicode, so no tokenizer takes it ("TextInputSequence must be str") and no UTF-8 file can hold it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"  # what a lone surrogate is replaced by: one character for one, so offsets hold
+
+
+def lone_surrogate(text: str) -> Optional[int]:
+    """The index of the first lone surrogate in `text`, or None."""
+    found = _LONE_SURROGATE.search(text)
+    return found.start() if found else None
+
+
+def without_lone_surrogates(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return _LONE_SURROGATE.sub(REPLACEMENT, text)
+
+
+def surrogate_line(where: str, text: str, why: str = "no tokenizer takes it") -> str:
+    """An error line for text holding a lone surrogate: where, at which character, and why that matters."""
+    at = lone_surrogate(text)
+    return (f"{where} holds a lone UTF-16 surrogate ({text[at].encode('unicode_escape').decode()} at character "
+            f"{at}), which is not Unicode text: {why}")
+
+
 def json_type_name(kind):
     return {str: "a string", list: "a list", bool: "true or false", int: "an integer", dict: "an object"}[kind]
 

@@ -121,7 +121,8 @@ def check(cfg):
     tokenizer = model.load_tokenizer(model_dir)
     check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
-    module = model.load_qa_model(model_dir)
+    module = model.load_qa_model(model_dir, say=lambda line: report.log(dist, line))
+    model.check_window(module, cfg.windows.max_seq_length, model_dir)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
     stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, cfg.windows, settings)

@@ -1,14 +1,17 @@
 """Every bad input ends in one error line naming the culprit, exit code 2, and nothing written."""
 
 import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.cli import main
-from helpers import run_bert_squad
+from helpers import PYTHON, ROOT, run_bert_squad
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.data import read_squad
 from bert_squad.errors import UserError
@@ -112,6 +115,14 @@ CASES = {
     "a scheduler param it does not take": (lambda w: ["--deepspeed_config", w("c.json", with_section(
         "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": 10}}))],
         r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'"),
+    # Valid JSON that is not Unicode: a lone UTF-16 surrogate ("\ud800"), which no tokenizer takes (a TypeError
+    # traceback, once). Repaired and counted unless --strict (test_text_no_tokenizer_takes_...); an id never.
+    "a lone surrogate, --strict": (lambda w: ["--strict", "--train-file", w("t.json", squad(
+        [dict(GOOD_QA, question="Where\ud800?")]))], r"t.json: question q1: its question holds a lone UTF-16 "
+                                                      r"surrogate \(\\ud800 at character 5\), which is not Unicode"),
+    "a lone surrogate in an id": (lambda w: ["--train-file", w("t.json", squad([dict(GOOD_QA, id="q\udfff")]))],
+                                  r"t.json: question id 'q\\udfff' holds a lone UTF-16 surrogate \(\\udfff at "
+                                  r"character 1\), which is not Unicode text: no predictions file can name it"),
     # JSON nested deeper than Python's parser goes (a RecursionError traceback, once).
     "a data file nested too deep": (lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
                                     r"t.json: JSON nested deeper than the parser allows"),
@@ -308,3 +319,63 @@ def test_fuzz_an_answer_is_labelled_exactly_in_every_window_that_holds_it(data, 
             assert (s, e) == (0, 0), (i, s, e)
     # Consecutive windows share --doc-stride tokens, so an answer no longer than that lies whole in one.
     assert holding or len(tok(context[start:end], add_special_tokens=False)["input_ids"]) > win.doc_stride
+
+
+# --- text a tokenizer cannot take, through the command line -------------------------------------------
+
+def damaged_text_file(path: Path) -> Path:
+    """A SQuAD file whose text reaches a tokenizer in the shapes it refuses or reduces to nothing: lone UTF-16
+    surrogates (valid JSON escapes) in a context, a question and an answer, and a context of control
+    characters only (BERT's normalizer drops them all: a context of no tokens)."""
+    context = "Ada was born in Lugano."
+    paragraphs = [
+        {"context": context + " \ud800", "qas": [GOOD_QA]},
+        {"context": context, "qas": [dict(GOOD_QA, id="q2", question="Where\udfff?")]},
+        {"context": "Ada was born in L\udc80gano.", "qas": [dict(GOOD_QA, id="q3", answers=[
+            {"text": "L\udc80gano", "answer_start": 16}])]},
+        {"context": "\x01\x02\x03", "qas": [dict(GOOD_QA, id="q4", answers=[{"text": "\x02", "answer_start": 1}])]},
+    ]
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "T", "paragraphs": paragraphs}]}))
+    assert "\\ud800" in path.read_text()  # escaped in the file: valid JSON, not Unicode once read
+    return path
+
+
+@pytest.mark.slow
+def test_text_no_tokenizer_takes_is_repaired_and_counted(tiny_model, tmp_path):
+    """Training, evaluation and prediction take such a file (each was a TypeError or IndexError traceback):
+    the surrogates replaced by U+FFFD (one character for one, so the answers keep their offsets) and counted
+    as the start-up lines count skipped questions; the context of no tokens trains on CLS, counted with the
+    answers no window holds."""
+    data, out = damaged_text_file(tmp_path / "damaged.json"), tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", data, "--eval-file", data, "--output-dir", out,
+                       "--cache-dir", tmp_path / "cache", "--max-steps", 1, "--max-seq-length", 64,
+                       "--max-query-length", 16, "--doc-stride", 16)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = json.loads((out / "train_metrics.json").read_text())["features"]
+    assert counts["repaired_surrogates"] == 3 and counts["answers_in_no_window"] == 1, counts
+    assert counts["examples"] == 4 and r.stdout.count("3 repaired (lone UTF-16 surrogates replaced by U+FFFD)") == 2
+    predictions = json.loads((out / "predictions.json").read_text(encoding="utf-8"))
+    assert sorted(predictions) == ["q1", "q2", "q3", "q4"]
+    r = run_bert_squad("predict", "--model-dir", out, "--input", data, "--output-dir", tmp_path / "predicted",
+                       "--cache-dir", tmp_path / "cache", "--max-seq-length", 64, "--max-query-length", 16,
+                       "--doc-stride", 16)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "predicted" / "predictions.json").read_text(encoding="utf-8")) == predictions
+
+
+def test_answer_refuses_text_no_tokenizer_takes_in_one_line(tiny_model, tmp_path, capsys):
+    """`answer` has nothing to count repairs in: a lone surrogate in its input is one line naming the line of
+    the file, or the option whose bytes were not UTF-8 (Python decodes those to lone surrogates)."""
+    lines = tmp_path / "q.jsonl"
+    lines.write_text(json.dumps({"question": "Where?", "context": "Ada was born in Lugano."}) + "\n" +
+                     json.dumps({"question": "Where?", "context": "Ada was born in \ud800Lugano."}) + "\n")
+    code, err = run_cli(capsys, ["answer", "--model-dir", str(tiny_model), "--input", str(lines)])
+    assert code == 2 and err == [f"bert-squad answer: error: {lines}:2: field 'context' holds a lone UTF-16 "
+                                 f"surrogate (\\ud800 at character 16), which is not Unicode text: no tokenizer "
+                                 f"takes it"], err
+    r = subprocess.run([PYTHON, "-m", "bert_squad", "answer", "--model-dir", str(tiny_model), "--question",
+                        b"Wh\xffere?", "--context", "Ada was born in Lugano."], capture_output=True, cwd=ROOT,
+                       timeout=300, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    assert r.returncode == 2 and r.stderr.decode().strip().splitlines() == [
+        "bert-squad answer: error: --question holds a lone UTF-16 surrogate (\\udcff at character 2), which is "
+        "not Unicode text: no tokenizer takes it (a byte that is not UTF-8?)"], r.stderr.decode()[-2000:]

@@ -277,3 +277,26 @@ def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train)
     assert result["steps"] > 3 and result["reduction_steps"][-1] == result["steps"]
     assert result["reductions"] == len(result["reduction_steps"]) and result["reductions"] <= result["steps"]
     assert f"{result['steps']} steps, {result['reductions']} reductions" in r.stdout
+
+
+def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(tmp_path):
+    """bench/long_context.py on a tiny EuroBERT (8,192 positions, the project's span head): a row per length,
+    each from full windows of that length, in its own process; a length past the positions is one line."""
+    from tiny_models import build_tiny_model
+
+    model = build_tiny_model("eurobert", tmp_path / "eurobert")
+    bench = [PYTHON, ROOT / "bench" / "long_context.py", "--model", model, "--steps", 1]
+    r = subprocess.run([*map(str, bench), "--lengths", "512", "8192"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [row["max_seq_length"] for row in result["rows"]] == [512, 8192] and result["device"] in ("cpu", "cuda")
+    for row in result["rows"]:
+        assert row["features"] == 1 and row["tokens_per_feature"] == row["max_seq_length"]
+        assert row["features_per_second"] > 0 and row["built_features_per_second"] > 0
+        assert row["tokens_per_second"] == pytest.approx(row["features_per_second"] * row["max_seq_length"])
+        assert row["peak_memory_gib"] >= row["memory_before_steps_gib"] > 0
+    assert "length  features/s" in r.stdout and "Token indices sequence length" not in r.stderr
+    r = subprocess.run([*map(str, bench), "--lengths", "8193"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
+        f"long_context: --max-seq-length 8193: {model} takes at most 8192 tokens (its max_position_embeddings)")

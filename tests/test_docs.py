@@ -44,3 +44,15 @@ def test_the_readme_is_a_newcomers_five_minutes():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 200, len(lines)
     assert any("make demo" in line for line in lines[:40])
+
+
+def test_the_model_table_gives_each_familys_floor_as_the_code_has_it():
+    """docs/models.md's transformers column is model.FAMILIES (the floors read from the wheels), row for row."""
+    from bert_squad.model import FAMILIES
+
+    rows = {}
+    for line in (ROOT / "docs" / "models.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 5:
+            rows[cells[0]] = cells[3]
+    assert {f.name: f"{f.since} (`{f.loads}`)" for f in FAMILIES} == {f.name: rows.get(f.name) for f in FAMILIES}

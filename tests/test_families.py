@@ -6,6 +6,10 @@ leading space) and SentencePiece-style Unigram (Metaspace), each trained offline
 """
 
 import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,13 +20,56 @@ from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
 from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
-from helpers import MPIRUN, decode_spans, run_bert_squad
-from tiny_models import FAMILIES, HIDDEN, LAYERS, build_tiny_model
+from bert_squad.model import FAMILIES as KNOWN
+from helpers import MPIRUN, PYTHON, decode_spans, run_bert_squad
+from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
 
 pytestmark = pytest.mark.slow
 
-# ModernBERT came with transformers 4.48; the oldest supported line (the compat run, 4.40) has the others.
-HERE = [f for f in FAMILIES if f != "modernbert" or Version(transformers.__version__) >= Version("4.48")]
+# The families whose class (model.FAMILIES) this transformers has: the oldest supported line (the compat run,
+# 4.40) has all but ModernBERT (4.51) and EuroBERT (5.3).
+SINCE = {f.name.lower(): Version(f.since) for f in KNOWN}
+HERE = [f for f in FAMILIES if Version(transformers.__version__) >= SINCE[f]]
+# Families transformers has no question-answering class for: the project's span head goes on their encoder.
+SPAN_HEAD = {f.name.lower() for f in KNOWN if not f.loads.endswith("ForQuestionAnswering")}
+# Loads an export in a fresh process with transformers alone, as a user without bert_squad would.
+ALONE = """
+import json, sys, torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+model = AutoModelForQuestionAnswering.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+enc = AutoTokenizer.from_pretrained(sys.argv[1])(sys.argv[2], sys.argv[3], return_tensors="pt")
+with torch.no_grad():
+    start = model(**enc).start_logits[0].tolist()
+print(json.dumps({"class": type(model).__name__, "bert_squad": any(m.startswith("bert_squad") for m in sys.modules),
+                  "start": start}))
+"""
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("known", KNOWN, ids=lambda f: f.name)
+def test_a_family_newer_than_transformers_is_refused_naming_its_release(known, tiny_model, sample_train, tmp_path,
+                                                                       capsys):
+    """Below the first release whose wheel has the class the project loads for a family (model.FAMILIES), a
+    model of it is refused in one line naming that release (exit 2, nothing written); from it on, the check
+    lets it through to the loaders (the tests below load each family)."""
+    from bert_squad import cli
+    from bert_squad.model import family, load_tokenizer
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model, model_dir)  # the tiny BERT's tokenizer, with a config of the family
+    if Version(transformers.__version__) >= Version(known.since):
+        transformers.AutoConfig.for_model(known.model_type).save_pretrained(model_dir)
+        assert load_tokenizer(model_dir).is_fast
+        return
+    (model_dir / "config.json").write_text(json.dumps({"model_type": known.model_type}))
+    code = cli.main(["--model", str(model_dir), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(tmp_path / "cache"), "--max-steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    first = family(known.model_type)  # mmBERT is a ModernBERT, mDeBERTa-v3 a DeBERTa-v3: named by the first
+    assert code == 2 and err == [f"bert-squad: error: {model_dir}: a {first.name} model ({known.model_type}) needs "
+                                 f"transformers >= {known.since}, the first release with {known.loads}; this is "
+                                 f"transformers {transformers.__version__} (docs/models.md)"], err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module", params=HERE)
@@ -40,7 +87,8 @@ def test_loads_fast_tokenizer_and_qa_model(family_model):
     enc = tok(["Who?"], ["Ada wrote it."], return_tensors="pt")
     out = model(**enc)
     assert tok.is_fast and out.start_logits.shape == enc["input_ids"].shape
-    assert tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())[0] == tok.cls_token  # CLS labels "no answer"
+    first = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())[0]
+    assert first == (tok.cls_token or tok.bos_token)  # CLS (EuroBERT: begin-of-text) labels "no answer"
 
 
 @pytest.mark.compat
@@ -62,7 +110,8 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
 
 
 def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tmp_path):
-    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation and the export."""
+    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation, the export and
+    `predict` from it."""
     from bert_squad.perf import flops_per_sample, model_shape
 
     family, model_dir = family_model
@@ -76,10 +125,68 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
     assert metrics["run_mfu"] == pytest.approx(metrics["run_tflops_per_device"] / 0.5)
     assert "f1" in json.loads((out / "eval_metrics.json").read_text())
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    # `predict` from the export answers as the run's evaluation did, byte for byte.
+    predicted = run_bert_squad("predict", "--model-dir", out, "--input", sample_dev, "--output-dir",
+                               tmp_path / "predicted", "--cache-dir", tmp_path / "c", "--max-seq-length", 96)
+    assert predicted.returncode == 0, f"{family}: {predicted.stderr[-3000:]}"
+    assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
     # Every family's FLOPs count its real parameters and its attention term.
     n, layers, hidden = model_shape(Answerer.from_pretrained(out).module)
     assert (layers, hidden) == (LAYERS, HIDDEN) and n > 4 * LAYERS * HIDDEN ** 2  # q, k, v, o alone
     assert flops_per_sample((n, layers, hidden), 96) > 6 * n * 96
+    if family in SPAN_HEAD:  # the checkpoint's masked-LM head is left out, in one line; the export loads alone
+        assert sum("left out: lm_head" in line for line in r.stdout.splitlines()) == 1, r.stdout
+        assert_loads_with_transformers_alone(out, tmp_path)
+
+
+def assert_loads_with_transformers_alone(out: Path, tmp_path: Path) -> None:
+    """The export of a model with the project's span head: its config names the modelling file beside the
+    weights, which transformers alone (no bert_squad imported) loads to the same logits as the project."""
+    question, context = "Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834."
+    r = subprocess.run([PYTHON, "-c", ALONE, str(out), question, context], capture_output=True, text=True,
+                       env={**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    alone = json.loads(r.stdout.strip().splitlines()[-1])
+    qa = Answerer.from_pretrained(out)
+    enc = qa.tokenizer(question, context, return_tensors="pt")
+    with torch.no_grad():
+        ours = qa.module(**enc).start_logits[0]
+    assert alone["class"] == type(qa.module).__name__ and alone["class"].endswith("ForQuestionAnswering")
+    assert not alone["bert_squad"] and torch.allclose(torch.tensor(alone["start"]), ours, atol=1e-5)
+
+
+# What limits a window: learned position embeddings (RoBERTa's and XLM-R's 514 less the 2 they reserve), or
+# max_position_embeddings where positions are relative (DeBERTa) or rotary (ModernBERT, EuroBERT).
+RELATIVE_OR_ROTARY = ("deberta-v3", "mdeberta-v3", *LONG)
+
+
+def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, sample_dev, tmp_path, capsys):
+    """--max-seq-length one past the model's positions is refused in one line naming the model's limit (exit 2,
+    nothing written); ModernBERT and EuroBERT train and evaluate at 8,192 tokens, one window per context, even
+    where their tokenizer's model_max_length says 512: the limit is the model's own."""
+    from bert_squad import cli
+
+    family, model_dir = family_model
+    limit = 8192 if family in LONG else 512
+    code = cli.main(["--model", str(model_dir), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "no"),
+                     "--cache-dir", str(tmp_path / "c"), "--max-seq-length", str(limit + 1), "--max-steps", "1"])
+    source = "max_position_embeddings" if family in RELATIVE_OR_ROTARY else "position embeddings"
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"bert-squad: error: --max-seq-length {limit + 1}: {model_dir} takes at most {limit} tokens (its {source})"]
+    assert not (tmp_path / "no").exists()
+    if family not in LONG:
+        return
+    short_tokenizer = tmp_path / "model"
+    shutil.copytree(model_dir, short_tokenizer)
+    config_file = short_tokenizer / "tokenizer_config.json"
+    config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), model_max_length=512)))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", short_tokenizer, "--train-file", sample_train, "--eval-file", sample_dev,
+                       "--max-steps", 1, "--max-seq-length", limit, "--output-dir", out, "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
+    counts = json.loads((out / "train_metrics.json").read_text())["features"]
+    assert counts["features"] == counts["examples"] == len(read_squad(sample_train)), counts  # one window each
+    assert f"eval {sample_dev}: {len(read_squad(sample_dev))} questions, {len(read_squad(sample_dev))} features" in r.stdout
 
 
 @pytest.mark.mpi

@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
 LAYERS = [
     # foundations: no project imports
-    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands"},
+    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands",
+     "span_head"},
     {"files", "metrics", "distributed", "runtime", "model"},  # files, scores, ranks, loading
     {"cache"},  # the cache layout
     {"config", "features", "checkpoint", "best"},  # typed options; things the run is made of

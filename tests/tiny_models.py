@@ -13,14 +13,21 @@ what decides whether answer offsets come out right:
   token_type_ids;
 - deberta-v3: SentencePiece-style Unigram with Metaspace ("▁", prepended always), NFKC, [CLS] A [SEP] B [SEP];
 - xlm-roberta: the same Unigram pipeline, <s> A </s></s> B </s> (type ids all 0), RoBERTa's positions;
-- mdeberta-v3: deberta-v3's. The two multilingual families' tokenizers also learn a sentence in each other
-  language MLQA scores.
+- mdeberta-v3: deberta-v3's. The multilingual families' tokenizers (these two and EuroBERT's) also learn a
+  sentence in each other language MLQA scores;
+- eurobert: byte-level BPE (no prefix space) with begin/end-of-text tokens, <|begin_of_text|> A <|end_of_text|>
+  B <|end_of_text|>, offsets untrimmed (their leading space kept), no token_type_ids; the padding token is the
+  end-of-text token, as in EuroBERT's hub config. Saved as EuroBERT's hub checkpoints are: an encoder with a
+  masked-LM head (`EuroBertForMaskedLM`), since transformers has no question-answering class for it.
+
+ModernBERT and EuroBERT have 8,192 positions, as their hub checkpoints; the others 512.
 """
 
 import json
 from pathlib import Path
 
-FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert", "xlm-roberta", "mdeberta-v3")
+FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert", "xlm-roberta", "mdeberta-v3",
+            "eurobert")
 # A few sentences in the other languages MLQA scores, written for these tests, for the multilingual tokenizers.
 OTHER_LANGUAGES = [
     "Ada Novak wurde 1834 in Lugano geboren und studierte Physik an der Universität.",
@@ -106,6 +113,20 @@ def _modernbert(texts):
                      mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
 
 
+def _eurobert(texts: list) -> tuple:
+    from tokenizers import processors
+
+    begin, end, mask = "<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"
+    tok = _byte_level_bpe(texts, [begin, end, mask])
+    specials = [(begin, tok.token_to_id(begin)), (end, tok.token_to_id(end))]
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{begin} $A {end}", pair=f"{begin} $A {end} $B {end}",
+                                      special_tokens=specials)])
+    return tok, dict(bos_token=begin, eos_token=end, pad_token=end, mask_token=mask,
+                     model_input_names=["input_ids", "attention_mask"])
+
+
 def _unigram(texts, specials, unk):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -153,13 +174,16 @@ _SPECS = {
     "deberta-v3": (_deberta_v3, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
     "xlm-roberta": (_xlm_roberta, "XLMRobertaTokenizerFast", "XLMRobertaConfig", "XLMRobertaForQuestionAnswering"),
     "mdeberta-v3": (_deberta_v3, "DebertaV2TokenizerFast", "DebertaV2Config", "DebertaV2ForQuestionAnswering"),
+    "eurobert": (_eurobert, "PreTrainedTokenizerFast", "EuroBertConfig", "EuroBertForMaskedLM"),
 }
-MULTILINGUAL = ("xlm-roberta", "mdeberta-v3")  # their tokenizers also learn the texts below
+LONG = ("modernbert", "eurobert")  # 8,192 positions
+MULTILINGUAL = ("xlm-roberta", "mdeberta-v3", "eurobert")  # their tokenizers also learn the texts below
 
 
 def _config_kwargs(family, tokenizer):
     ids = {name: tokenizer.convert_tokens_to_ids(getattr(tokenizer, name))
-           for name in ("pad_token", "cls_token", "sep_token")}
+           for name in ("pad_token", "cls_token", "sep_token", "bos_token", "eos_token", "mask_token")
+           if getattr(tokenizer, name) is not None}
     common = dict(vocab_size=len(tokenizer), pad_token_id=ids["pad_token"])
     if family == "distilbert":
         return dict(common, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=HIDDEN * 2,
@@ -177,8 +201,11 @@ def _config_kwargs(family, tokenizer):
         return dict(bert_like, max_position_embeddings=512, relative_attention=True, position_buckets=256,
                     norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
                     position_biased_input=False, max_relative_positions=-1, type_vocab_size=0)
+    if family == "eurobert":
+        return dict(bert_like, max_position_embeddings=8192, bos_token_id=ids["bos_token"],
+                    eos_token_id=ids["eos_token"], mask_token_id=ids["mask_token"])
     if family == "modernbert":
-        return dict(bert_like, max_position_embeddings=512, local_attention=64, global_attn_every_n_layers=2,
+        return dict(bert_like, max_position_embeddings=8192, local_attention=64, global_attn_every_n_layers=2,
                     cls_token_id=ids["cls_token"], sep_token_id=ids["sep_token"],
                     bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
     raise ValueError(family)
@@ -194,7 +221,7 @@ def build_tiny_model(family, out_dir, seed=0):
     build_tok, tok_cls, config_cls, model_cls = _SPECS[family]
     backend, kwargs = build_tok(sample_texts() + (OTHER_LANGUAGES if family in MULTILINGUAL else []))
     tokenizer = getattr(transformers, tok_cls)(tokenizer_object=backend, **kwargs)
-    tokenizer.model_max_length = 512
+    tokenizer.model_max_length = 8192 if family in LONG else 512
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out_dir))
