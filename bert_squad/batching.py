@@ -6,15 +6,24 @@ rank computes the same global plan and takes its own share of each step, which k
 makes a resumed run see exactly the batches the interrupted one would have.
 """
 
-from typing import Iterator
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 
+if TYPE_CHECKING:
+    import datasets
+
+
 class BatchPlan:
-    def __init__(self, lengths, micro_batch, world_size, rank, seed, group_by_length=True, chunk_steps=32,
-                 accumulation=1):
+    def __init__(self, lengths: Sequence[int], micro_batch: int, world_size: int, rank: int, seed: int,
+                 group_by_length: bool = True, chunk_steps: int = 32, accumulation: int = 1) -> None:
         self.lengths = np.asarray(lengths)
         self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
         self.seed, self.group_by_length, self.chunk_steps = seed, group_by_length, chunk_steps
@@ -23,10 +32,10 @@ class BatchPlan:
         # `accumulation` of them: a data set smaller than one global batch is repeated to fill it.
         self.steps = max(-(-len(self.lengths) // step_size), accumulation)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.steps
 
-    def epoch(self, epoch):
+    def epoch(self, epoch: int) -> list[list[int]]:
         """This rank's micro batches (lists of feature indices) for `epoch`."""
         rng = np.random.default_rng([self.seed, epoch])
         step_size = self.micro_batch * self.world_size
@@ -41,7 +50,7 @@ class BatchPlan:
         # Within a step, consecutive (similar-length) micro batches go to consecutive ranks.
         return [s[self.rank * self.micro_batch:(self.rank + 1) * self.micro_batch].tolist() for s in steps]
 
-    def stream(self, epoch: int, start: int, per_epoch: int, count: int) -> Iterator[list]:
+    def stream(self, epoch: int, start: int, per_epoch: int, count: int) -> Iterator[list[int]]:
         """`count` micro batches in a row, the first `per_epoch` of each epoch's, from micro batch `start` of
         `epoch` on: one sampler for a DataLoader that spans epochs, so its workers start once per run."""
         while count > 0:
@@ -57,15 +66,15 @@ class Collator:
     KEYS = ("input_ids", "token_type_ids", "attention_mask")  # the model's inputs (a family may lack one)
     LABELS = ("start_positions", "end_positions")
 
-    def __init__(self, pad_id, pad_to=None, multiple_of=1, labels=True):
+    def __init__(self, pad_id: int, pad_to: int | None = None, multiple_of: int = 1, labels: bool = True) -> None:
         self.pad_id, self.pad_to, self.multiple_of, self.labels = pad_id, pad_to, multiple_of, labels
 
-    def columns(self, features):
-        """The columns of `features` (a datasets.Dataset) this collator reads."""
+    def columns(self, features: datasets.Dataset) -> list[str]:
+        """The columns of `features` this collator reads."""
         wanted = self.KEYS + (self.LABELS if self.labels else ())
         return [c for c in wanted if c in features.column_names]
 
-    def __call__(self, rows):
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         longest = max(len(r["input_ids"]) for r in rows)
         length = self.pad_to or -(-longest // self.multiple_of) * self.multiple_of
         batch = {}

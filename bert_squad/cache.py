@@ -10,6 +10,8 @@ A model named by its hub name is looked up in <cache>/hub, then in the user's ow
 (`HF_HUB_CACHE`, or `HF_HOME`/hub), so a model downloaded there before is not fetched twice.
 """
 
+from __future__ import annotations
+
 import os
 from pathlib import Path
 
@@ -17,14 +19,14 @@ from bert_squad.errors import UserError
 from bert_squad.files import directory
 
 
-def default_cache_dir():
+def default_cache_dir() -> str:
     """$BERT_SQUAD_CACHE, or ./cache; a variable that names a file (or is empty) is refused here, where it is read."""
     if os.environ.get("BERT_SQUAD_CACHE") == "":
         raise UserError("BERT_SQUAD_CACHE is set but empty: unset it (./cache) or name the cache directory")
     return str(directory(os.environ.get("BERT_SQUAD_CACHE", "./cache"), "BERT_SQUAD_CACHE="))
 
 
-def resolve_cache_dir(given):
+def resolve_cache_dir(given: str | None) -> str:
     """`--cache-dir` as given, or the default; either one checked once, before any work."""
     if not given:
         return default_cache_dir()
@@ -32,28 +34,28 @@ def resolve_cache_dir(given):
     return given
 
 
-def hub_dir(cache_dir):
+def hub_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "hub"
 
 
-def dataset_dir(cache_dir, name):
+def dataset_dir(cache_dir: str | Path, name: str) -> Path:
     return Path(cache_dir) / "datasets" / name
 
 
-def features_dir(cache_dir):
+def features_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "features"
 
 
-def datasets_download_dir(cache_dir):
+def datasets_download_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "hf-datasets"
 
 
-def download_hint(cache_dir, model=None, dataset=None):
+def download_hint(cache_dir: str | Path, model: str | None = None, dataset: str | None = None) -> str:
     what = (f" --model {model}" if model else "") + (f" --dataset {dataset}" if dataset else "")
     return f"run `python -m bert_squad --download-only{what} --cache-dir {cache_dir}` on a machine with internet"
 
 
-def _cached_snapshot(name, hub_cache):
+def _cached_snapshot(name: str, hub_cache: Path | None) -> Path | None:
     """The snapshot directory of hub model `name` in `hub_cache` (None: the library's default cache)."""
     from huggingface_hub import snapshot_download  # heavy: not for the commands that load no model
 
@@ -64,7 +66,7 @@ def _cached_snapshot(name, hub_cache):
     return path if (path / "config.json").is_file() else None
 
 
-def find_model(name_or_path, cache_dir):
+def find_model(name_or_path: str, cache_dir: str | Path) -> Path:
     """A directory holding config.json: the path itself, or the cached snapshot of a hub name."""
     path = Path(name_or_path)
     if path.is_dir():
@@ -80,7 +82,7 @@ def find_model(name_or_path, cache_dir):
     return found
 
 
-def find_dataset(name, cache_dir):
+def find_dataset(name: str, cache_dir: str | Path) -> Path:
     path = dataset_dir(cache_dir, name)
     if not (path / "dataset_dict.json").exists():
         raise UserError(f"dataset '{name}' is not in the cache {path}: "

@@ -29,7 +29,8 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 import torch
@@ -40,6 +41,10 @@ from bert_squad.files import write_text_atomic
 
 if TYPE_CHECKING:  # transformers loads with the model, not for the commands that only read checkpoints
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+    from bert_squad.config import WindowConfig
+    from bert_squad.distributed import DistEnv
+    from bert_squad.dsconfig import Settings
 
 MARKER = "complete"
 HF_DIR = "hf"
@@ -75,7 +80,7 @@ class Resumable:
 
     path: Path
     layout: Layout
-    skipped: tuple = ()  # one line for each newer checkpoint passed over as damaged
+    skipped: tuple[str, ...] = ()  # one line for each newer checkpoint passed over as damaged
 
 
 @dataclass(frozen=True)
@@ -85,15 +90,16 @@ class Stamp:
 
     model: str  # --model as given, for messages
     fingerprint: str  # parameter names and shapes, and the tokenizer's vocabulary
-    windows: dict  # the window options the data position counts in
+    windows: dict[str, int]  # the window options the data position counts in
     config: PretrainedConfig  # written with the tokenizer into hf/
     tokenizer: PreTrainedTokenizerBase
     layout: Layout
 
 
-def stamp(model_name, module, tokenizer, windows, settings):
+def stamp(model_name: str, module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, windows: WindowConfig,
+          settings: Settings) -> Stamp:
     """The stamp of checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows`, written
-    with the DeepSpeed `settings` (a `dsconfig.Settings`)."""
+    with the DeepSpeed `settings`."""
     shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
     vocab = sorted(tokenizer.get_vocab().items())
     fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
@@ -102,15 +108,15 @@ def stamp(model_name, module, tokenizer, windows, settings):
     return Stamp(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer, written)
 
 
-def checkpoint_root(output_dir):
+def checkpoint_root(output_dir: str | Path) -> Path:
     return Path(output_dir) / "checkpoints"
 
 
-def _rng_state():
+def _rng_state() -> dict[str, Any]:
     """Every generator's state as tensors and numbers only, so it loads with `weights_only=True`
     (no unpickling of whatever a shared scratch directory holds)."""
     version, mt, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = cast(tuple, np.random.get_state())  # the legacy tuple, by default
     state = {"python": [version, torch.tensor(mt, dtype=torch.int64), gauss],
              "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
              "torch": torch.get_rng_state()}
@@ -119,7 +125,7 @@ def _rng_state():
     return state
 
 
-def _set_rng_state(state):
+def _set_rng_state(state: dict[str, Any]) -> None:
     version, mt, gauss = state["python"]
     random.setstate((version, tuple(mt.tolist()), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
@@ -131,7 +137,7 @@ def _set_rng_state(state):
 
 # --- the file list in the marker -----------------------------------------------------------------
 
-def _digest(path, sync=False):
+def _digest(path: Path, sync: bool = False) -> list[int]:
     """[size, CRC-32] of a file (zlib's CRC: a fraction of what writing the file cost); with `sync`,
     flushed to disk first."""
     crc = size = 0
@@ -143,25 +149,25 @@ def _digest(path, sync=False):
     return [size, crc]
 
 
-def _files(directory):
+def _files(directory: str | Path) -> list[str]:
     """Every file below `directory` but its marker, as paths relative to it."""
     directory = Path(directory)
     names = (p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
     return sorted(n for n in names if n != MARKER)
 
 
-def _writer(name):
+def _writer(name: str) -> int:
     """The rank that wrote a file: DeepSpeed and `save` name per-rank files by rank; the rest is rank 0's."""
     m = re.search(r"(?:zero_pp_rank_|rng_rank)(\d+)", name)
     return int(m.group(1)) if m else 0
 
 
-def manifest(directory, rank=0, world_size=1, sync=False):
+def manifest(directory: str | Path, rank: int = 0, world_size: int = 1, sync: bool = False) -> dict[str, list[int]]:
     """{file: [size, crc]} of the files of `directory` that `rank` of `world_size` wrote (all, by default)."""
     return {n: _digest(Path(directory) / n, sync) for n in _files(directory) if _writer(n) % world_size == rank}
 
 
-def _marker(path):
+def _marker(path: str | Path) -> dict[str, Any] | None:
     """The marker's record; None where it cannot be read as one."""
     try:
         record = json.loads((Path(path) / MARKER).read_text())
@@ -170,7 +176,7 @@ def _marker(path):
     return record if isinstance(record, dict) else None
 
 
-def describe_damage(path, read=True):
+def describe_damage(path: str | Path, read: bool = True) -> str | None:
     """What is wrong with the checkpoint at `path`, compared with its marker: a few words that name the
     file, or None when it is intact (or its marker predates file lists). `read=False` checks sizes only."""
     marker = _marker(path)
@@ -187,13 +193,14 @@ def describe_damage(path, read=True):
     return None
 
 
-def write_marker(path, record, files):
+def write_marker(path: str | Path, record: dict[str, Any], files: dict[str, list[int]]) -> None:
     write_text_atomic(Path(path) / MARKER, json.dumps({**record, "files": files}) + "\n")
 
 
 # --- save -----------------------------------------------------------------------------------------
 
-def save(engine, output_dir, progress, keep, dist, stamp, extra=None):
+def save(engine: Any, output_dir: str | Path, progress: Progress, keep: int, dist: DistEnv, stamp: Stamp,
+         extra: Callable[[Path], None] | None = None) -> Path:
     """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
     `latest` at it and deletes the checkpoints `keep` no longer covers. `extra(path)`: what else rank 0
     writes into the checkpoint (before the digests, so they cover it)."""
@@ -219,6 +226,7 @@ def save(engine, output_dir, progress, keep, dist, stamp, extra=None):
     # A collective: once rank 0 has every rank's digests, every rank's files are on disk.
     parts = distributed.gather_to_rank0((mine, t1 - t0, time.perf_counter() - t1), dist)
     if dist.is_main:
+        assert parts is not None  # rank 0 gathered them
         files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
         seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
         written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
@@ -231,12 +239,12 @@ def save(engine, output_dir, progress, keep, dist, stamp, extra=None):
     return path
 
 
-def complete_tags(root):
+def complete_tags(root: str | Path) -> list[str]:
     tags = [p.name for p in Path(root).glob("step*") if re.fullmatch(r"step\d+", p.name) and (p / MARKER).exists()]
     return sorted(tags)
 
 
-def prune(root, keep):
+def prune(root: str | Path, keep: int) -> None:
     """Delete the complete checkpoints older than the newest `keep` intact ones, damaged ones included;
     intact here means every file there at its recorded size (nothing is read)."""
     tags = complete_tags(root)
@@ -248,7 +256,7 @@ def prune(root, keep):
 
 # --- find and load --------------------------------------------------------------------------------
 
-def layout(path):
+def layout(path: str | Path) -> Layout:
     """How the checkpoint at `path` was written, from its marker (and its file names)."""
     marker = _marker(path) or {}
     names = marker.get("files") or [p.name for p in Path(path).iterdir()]
@@ -256,7 +264,7 @@ def layout(path):
     return Layout(**{k: marker.get(k) for k in fields}, sharded=any(_SHARD.search(n) for n in names))
 
 
-def find(resume, output_dir):
+def find(resume: str, output_dir: str | Path) -> Resumable | None:
     """The checkpoint `--resume` names, checked against its marker; None to start fresh (only with 'auto')."""
     if resume == "auto":
         root = checkpoint_root(output_dir)
@@ -264,7 +272,7 @@ def find(resume, output_dir):
     return intact_at(resume, hint="; use --resume auto to pick the newest complete one")
 
 
-def intact_at(where, hint=""):
+def intact_at(where: str | Path, hint: str = "") -> Resumable:
     """The checkpoint at `where` (a step<N> directory, or one with `latest`), checked against its marker."""
     path = Path(where)
     if (path / "latest").is_file():
@@ -278,8 +286,8 @@ def intact_at(where, hint=""):
     return Resumable(path, layout(path))
 
 
-def _newest_intact(root, tags):
-    damaged = []
+def _newest_intact(root: Path, tags: list[str]) -> Resumable | None:
+    damaged: list[tuple[str, str]] = []
     for tag in reversed(tags):
         problem = describe_damage(root / tag)
         if problem is None:
@@ -293,9 +301,9 @@ def _newest_intact(root, tags):
     return None
 
 
-def check_matches(found, stamp):
+def check_matches(found: Resumable, stamp: Stamp) -> None:
     """A UserError unless the checkpoint is of this run's model and windows (when its marker says)."""
-    marker = _marker(found.path)
+    marker = _marker(found.path) or {}
     if marker.get("fingerprint") not in (None, stamp.fingerprint):
         raise UserError(f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
                         f"vocabulary differ from --model {stamp.model}'s; resume it with that --model, or "
@@ -308,7 +316,7 @@ def check_matches(found, stamp):
                             f"afresh in another --output-dir")
 
 
-def load(engine, found, dist, source=None):
+def load(engine: Any, found: Resumable, dist: DistEnv, source: tuple[Path, str] | None = None) -> Progress:
     """Restore model, optimizer, scheduler, loss scale, progress and this rank's random state. `source`:
     the (directory, tag) DeepSpeed reads, where not the checkpoint itself (its universal conversion)."""
     path = found.path

@@ -5,11 +5,15 @@ answer_start}) plus `is_impossible`, so local files and hub datasets take the sa
 kept byte for byte: no whitespace normalisation, so every `answer_start` stays valid.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple, Optional
 
 from bert_squad import cache, squad
-from bert_squad.config import HUB_DATASETS
+from bert_squad.config import HUB_DATASETS, DataConfig
 from bert_squad.errors import UserError
 from bert_squad.files import read_json
 
@@ -18,17 +22,17 @@ from bert_squad.files import read_json
 class Examples:
     """Flat question records of one split, with what was skipped while reading them."""
 
-    records: list
+    records: list[squad.Record]
     source: str
     version_2: bool
-    skipped_ids: list = field(default_factory=list)  # answer_start that does not match the text
-    empty_question_ids: list = field(default_factory=list)  # question text empty or only whitespace
-    repaired_ids: list = field(default_factory=list)  # kept, their lone UTF-16 surrogates replaced by U+FFFD
+    skipped_ids: list[str] = field(default_factory=list)  # answer_start that does not match the text
+    empty_question_ids: list[str] = field(default_factory=list)  # question text empty or only whitespace
+    repaired_ids: list[str] = field(default_factory=list)  # kept, their lone UTF-16 surrogates replaced by U+FFFD
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.records)
 
-    def skip_summary(self):
+    def skip_summary(self) -> str:
         """What reading left out (and repaired, where it did), as the start-up lines say it."""
         repaired = (f", {len(self.repaired_ids)} repaired (lone UTF-16 surrogates replaced by U+FFFD)"
                     if self.repaired_ids else "")
@@ -36,7 +40,7 @@ class Examples:
                 f"{len(self.empty_question_ids)} skipped (empty question){repaired}")
 
 
-def _require(obj, key, kind, where, default=None):
+def _require(obj: Any, key: str, kind: type, where: str, default: Any = None) -> Any:
     """obj[key] if it has the format's JSON type (true/false are no numbers); missing: `default`, or an error
     when the field is required (no default)."""
     if not isinstance(obj, dict) or (key not in obj and default is None):
@@ -50,12 +54,12 @@ def _require(obj, key, kind, where, default=None):
 class _Skip(Exception):
     """A question left out (and counted) unless --strict: which list it goes to, and why."""
 
-    def __init__(self, kind, reason):
+    def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
 
 
-def _question(qa, context, path, where, labelled=True):
+def _question(qa: Any, context: str, path: Path, where: str, labelled: bool = True) -> dict[str, Any]:
     """One question as a flat record's fields, or _Skip; structural faults raise. Once it has an id, the
     question is named by it (`where` is its place in the file until then). Unless `labelled`, its answers
     (if any) are not read: the question is to be answered, not scored."""
@@ -82,7 +86,7 @@ def _question(qa, context, path, where, labelled=True):
             "is_impossible": impossible}
 
 
-def _repaired(record: dict, path: Path, strict: bool) -> tuple:
+def _repaired(record: squad.Record, path: Path, strict: bool) -> tuple[squad.Record, bool]:
     """(`record` with each lone UTF-16 surrogate of its question, context, title and answers replaced by U+FFFD,
     whether it had one): such text is valid JSON but not Unicode, and no tokenizer takes it. One character
     for one, so every answer_start still points at its answer. An id is not repaired (predictions are filed
@@ -104,7 +108,7 @@ def _repaired(record: dict, path: Path, strict: bool) -> tuple:
                 title=fix(record["title"]), answers=answers), True
 
 
-def _paragraphs(doc, path):
+def _paragraphs(doc: Any, path: Path) -> Iterator[tuple[str, str, list[Any], str]]:
     """(title, context, qas, where) of every paragraph, checking the nesting on the way."""
     _require(doc, "version", str, str(path), default="")
     for a, article in enumerate(_require(doc, "data", list, str(path))):
@@ -117,7 +121,7 @@ def _paragraphs(doc, path):
             yield title, context, _require(para, "qas", list, f"{where} paragraph {p}"), f"{where} paragraph {p}"
 
 
-def read_squad(path, strict=False, labelled=True):
+def read_squad(path: str | Path, strict: bool = False, labelled: bool = True) -> Examples:
     """Read an official SQuAD file; structural faults raise, answer-offset mismatches skip the question.
 
     A question whose `answer_start` does not point at its answer text (its labels would be wrong), or
@@ -127,7 +131,8 @@ def read_squad(path, strict=False, labelled=True):
     """
     path = Path(path)
     doc = read_json(path, what="a SQuAD JSON file")
-    records, skipped = [], {"offset": [], "empty": [], "repaired": []}
+    records: list[squad.Record] = []
+    skipped: dict[str, list[str]] = {"offset": [], "empty": [], "repaired": []}
     for title, context, qas, where in _paragraphs(doc, path):
         for q, qa in enumerate(qas):
             try:
@@ -150,7 +155,7 @@ def read_squad(path, strict=False, labelled=True):
                     skipped["repaired"])
 
 
-def load_hub_split(name, split, cache_dir):
+def load_hub_split(name: str, split: str, cache_dir: str) -> Examples:
     """A split of a hub dataset saved by `bert-squad download`; never touches the network."""
     path = cache.find_dataset(name, cache_dir)
     import datasets  # heavy: only runs that read a hub dataset need it
@@ -162,9 +167,15 @@ def load_hub_split(name, split, cache_dir):
                     empty_question_ids=empty)
 
 
-def load_examples(data):
-    """(train, dev) examples from local files or the cached hub dataset; dev is None with --no-eval, or with
-    a --train-file and no --eval-file. `data` is a `config.DataConfig`."""
+class Splits(NamedTuple):
+    """A run's examples."""
+
+    train: Examples
+    dev: Optional[Examples]  # None with --no-eval, or with a --train-file and no --eval-file
+
+
+def load_examples(data: DataConfig) -> Splits:
+    """The train and dev examples, from local files or the cached hub dataset."""
     if data.train_file:
         train = read_squad(data.train_file, strict=data.strict)
         dev = read_squad(data.eval_file, strict=data.strict) if data.eval_file else None
@@ -172,4 +183,4 @@ def load_examples(data):
         train = load_hub_split(data.dataset, "train", data.cache_dir)
         dev = (read_squad(data.eval_file, strict=data.strict) if data.eval_file
                else load_hub_split(data.dataset, "validation", data.cache_dir))
-    return train, (None if data.no_eval else dev)
+    return Splits(train, None if data.no_eval else dev)

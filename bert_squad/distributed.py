@@ -5,6 +5,12 @@ DeepSpeed sees it, so DeepSpeed never runs its own MPI discovery (whose `hostnam
 wrong interface on many clusters).
 """
 
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from collections.abc import Iterator, Mapping, Sequence
+
 import contextlib
 import os
 import socket
@@ -21,6 +27,7 @@ from bert_squad import transport
 from bert_squad.errors import UserError
 
 DEFAULT_PORT = 29500
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,11 @@ class DistEnv:
     launcher: str  # which variables told us: env, mpirun, pmi, srun or single
 
     @property
-    def is_main(self):
+    def is_main(self) -> bool:
         return self.rank == 0
 
 
-def job_port(job_id):
+def job_port(job_id: int | str) -> int:
     """The rendezvous port of a job, derived from its id (Slurm's job id, or the PMIx namespace mpirun gives
     all its ranks) so two jobs sharing a node do not collide.
 
@@ -61,14 +68,14 @@ SOURCES = [
 ]
 
 
-def started_by_launcher(env=None):
+def started_by_launcher(env: Mapping[str, str] | None = None) -> bool:
     """Whether mpirun, PMI or srun started this process, even when RANK is set too (the job template
     sets it): Open MPI gives its ranks a pty that nobody watches."""
     env = os.environ if env is None else env
     return any(rank_var in env and size_var in env for _, rank_var, size_var, _ in SOURCES[1:])
 
 
-def detect(env=None):
+def detect(env: Mapping[str, str] | None = None) -> DistEnv:
     """Rank layout from the launcher's variables; the explicit RANK/WORLD_SIZE set wins. Every variable is
     checked where it is read: a value that is no number, or a layout that cannot be, is one line naming it."""
     env = os.environ if env is None else env
@@ -106,7 +113,7 @@ def detect(env=None):
     return DistEnv(rank, size, local, addr, port, launcher)
 
 
-def env_number(env, name, low=0, high=None, of=""):
+def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None = None, of: str = "") -> int:
     """The whole number in env[name], or a UserError naming the variable, its value and the range (`of`: why)."""
     value = env[name]
     try:
@@ -119,21 +126,21 @@ def env_number(env, name, low=0, high=None, of=""):
     return number
 
 
-def _first_host(nodelist):
+def _first_host(nodelist: str) -> str:
     try:
         return hostlist.expand_hostlist(nodelist)[0]
     except (hostlist.BadHostlist, IndexError) as err:
         raise UserError(f"SLURM_JOB_NODELIST={nodelist}: not a Slurm node list ({err or 'empty'})") from None
 
 
-def _single_node(env, size):
+def _single_node(env: Mapping[str, str], size: int) -> bool:
     for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
         if name in env:
             return env_number(env, name, low=1) == size
     return False
 
 
-def _free_port():
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -144,7 +151,7 @@ RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @contextlib.contextmanager
-def process_group(dist, timeout_s=600):
+def process_group(dist: DistEnv, timeout_s: float = 600) -> Iterator[torch.device]:
     """The process group for the body of a command, yielding this rank's torch device.
 
     On the way out every rank waits for the others and the group is destroyed while the interpreter
@@ -175,7 +182,7 @@ def process_group(dist, timeout_s=600):
                 os.environ[var] = value
 
 
-def _init(dist, timeout_s):
+def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
     import deepspeed  # heavy: only commands that start a process group
     from deepspeed.accelerator import get_accelerator
@@ -195,17 +202,17 @@ def _init(dist, timeout_s):
     return device
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return td.is_available() and td.is_initialized()
 
 
-def barrier():
+def barrier() -> None:
     if is_initialized():
         td.barrier()
 
 
 @contextlib.contextmanager
-def rank_zero_first(dist=None):
+def rank_zero_first(dist: DistEnv | None = None) -> Iterator[None]:
     """Rank 0 does the work (and writes caches) while the others wait, then they reuse its result."""
     rank = dist.rank if dist else 0
     if rank != 0:
@@ -215,16 +222,16 @@ def rank_zero_first(dist=None):
         barrier()
 
 
-def gather_to_rank0(obj, dist):
+def gather_to_rank0(obj: T, dist: DistEnv) -> list[T] | None:
     """Python objects of every rank, in rank order, on rank 0 (None elsewhere)."""
     if not is_initialized():
         return [obj]
-    out = [None] * dist.world_size if dist.rank == 0 else None
+    out: list[Any] | None = [None] * dist.world_size if dist.rank == 0 else None
     td.gather_object(obj, out, dst=0)
     return out
 
 
-def broadcast_from_rank0(obj):
+def broadcast_from_rank0(obj: T) -> T:
     """Rank 0's Python object, on every rank."""
     if not is_initialized():
         return obj
@@ -233,11 +240,11 @@ def broadcast_from_rank0(obj):
     return box[0]
 
 
-def backend():
+def backend() -> str:
     return td.get_backend() if is_initialized() else "none"
 
 
-def _reduce(values, op):
+def _reduce(values: Sequence[float], op: Any) -> list[float]:
     """One small all-reduce, read back on the host: a host sync (it waits for the kernels queued before it)."""
     t = torch.tensor(values, dtype=torch.float64)
     if td.get_backend() == "nccl":
@@ -246,14 +253,14 @@ def _reduce(values, op):
     return t.tolist()
 
 
-def all_sum(values):
+def all_sum(values: Sequence[float]) -> list[float]:
     """Element-wise sum of a list of numbers over all ranks."""
     if not is_initialized():
         return list(values)
     return _reduce(values, td.ReduceOp.SUM)
 
 
-def all_max(values):
+def all_max(values: Sequence[float]) -> list[float]:
     """Element-wise maximum of a list of numbers over all ranks."""
     if not is_initialized():
         return list(values)
@@ -273,11 +280,11 @@ class StopCheck:
     rank's pace since the last look. That pace is part of the look's own all-reduce (a maximum over ranks),
     so every rank schedules the same next step from the same number."""
 
-    def __init__(self, step, seconds=STOP_CHECK_SECONDS):
+    def __init__(self, step: int, seconds: float = STOP_CHECK_SECONDS) -> None:
         self.seconds, self.last_step, self.next_step = seconds, step, step + 1
         self.since = time.perf_counter()
 
-    def stopping(self, step, requested, look=False):
+    def stopping(self, step: int, requested: bool, look: bool = False) -> bool:
         """True on every rank, at the same step, once any rank's `requested` was seen at a look."""
         if not (look or step >= self.next_step):
             return False

@@ -7,6 +7,14 @@ inside that window or the question is unanswerable. Eval features keep offsets f
 only, so post-processing can map spans back to the original characters.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from pathlib import Path
+
+from collections.abc import Sequence
+
 import dataclasses
 import hashlib
 import json
@@ -16,11 +24,20 @@ import shutil
 from bert_squad import cache, distributed
 from bert_squad.errors import UserError
 
+if TYPE_CHECKING:  # types only: datasets and transformers load where features are built
+    import datasets
+    from transformers import BatchEncoding, PreTrainedTokenizerFast
+
+    from bert_squad.config import WindowConfig
+    from bert_squad.data import Examples
+    from bert_squad.distributed import DistEnv
+
 FEATURES_FORMAT = 2  # bump when the feature layout changes, so old caches are not reused
 QUESTIONS_PER_WORKER = 500  # the fewest questions worth a process of their own
 
 
-def _truncate_questions(tokenizer, questions, max_query_length):
+def _truncate_questions(tokenizer: PreTrainedTokenizerFast, questions: Sequence[str], max_query_length: int
+                        ) -> list[str]:
     """Cut questions to `max_query_length` tokens at the character boundary the offsets give."""
     questions = [q.lstrip() for q in questions]  # leading spaces only waste tokens; SQuAD has some
     enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
@@ -28,7 +45,7 @@ def _truncate_questions(tokenizer, questions, max_query_length):
             for q, offsets in zip(questions, enc["offset_mapping"])]
 
 
-def _trim_offsets(text, offsets):
+def _trim_offsets(text: str, offsets: tuple[int, int]) -> tuple[int, int]:
     """A token's (start, end) without the whitespace SentencePiece (Metaspace) and byte-level BPE
     tokenizers fold into it, so labels and predicted spans start and end on the answer's characters."""
     start, end = offsets
@@ -39,7 +56,8 @@ def _trim_offsets(text, offsets):
     return start, end
 
 
-def _tokenize(batch, tokenizer, windows):
+def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
+              ) -> BatchEncoding:
     questions = _truncate_questions(tokenizer, batch["question"], windows.max_query_length)
     enc = tokenizer(
         questions, batch["context"], truncation="only_second", max_length=windows.max_seq_length,
@@ -78,7 +96,8 @@ def prepare_train(batch, tokenizer, windows):
     return enc
 
 
-def prepare_eval(batch, tokenizer, windows):
+def prepare_eval(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
+                 ) -> BatchEncoding:
     enc = _tokenize(batch, tokenizer, windows)
     sample_map = enc.pop("overflow_to_sample_mapping")
     enc["example_id"] = [batch["id"][j] for j in sample_map]
@@ -88,7 +107,7 @@ def prepare_eval(batch, tokenizer, windows):
     return enc
 
 
-def _cache_key(examples, tokenizer, windows, train):
+def _cache_key(examples: Examples, tokenizer: PreTrainedTokenizerFast, windows: WindowConfig, train: bool) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([FEATURES_FORMAT, train, dataclasses.asdict(windows)]).encode())
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
@@ -99,7 +118,7 @@ def _cache_key(examples, tokenizer, windows, train):
     return h.hexdigest()[:20]
 
 
-def check_tokenizer(tokenizer, record, windows):
+def check_tokenizer(tokenizer: PreTrainedTokenizerFast, record: dict[str, Any], windows: WindowConfig) -> None:
     """Once, on the first question, before any feature is built: the tokenizer must turn the context into
     tokens with character offsets (a byte-level BPE or WordPiece vocabulary that matches nothing of the text
     gives none) and mark it as the second sequence of the pair (a post-processor template without it does
@@ -119,14 +138,15 @@ def check_tokenizer(tokenizer, record, windows):
                         f"apart")
 
 
-def worker_count(requested, questions):
+def worker_count(requested: int | None, questions: int) -> int:
     """Processes that build features: `requested` (default: every core this process may run on), but none
     for fewer than QUESTIONS_PER_WORKER questions (starting it would cost more than its share of the work)."""
     workers = requested or len(os.sched_getaffinity(0))
     return max(1, min(workers, questions // QUESTIONS_PER_WORKER))
 
 
-def _write_cache(ds, fn, kwargs, cache_file, workers):
+def _write_cache(ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs: dict[str, Any], cache_file: Path,
+                 workers: int) -> None:
     """The features of `ds`, built by `workers` processes (each a contiguous share of the questions, in
     order) and written as one Arrow file, whatever the number of workers: the cache is the same for any."""
     from datasets.arrow_writer import ArrowWriter  # heavy: only where features are built
@@ -147,12 +167,13 @@ def _write_cache(ds, fn, kwargs, cache_file, workers):
         shutil.rmtree(parts, ignore_errors=True)
 
 
-def build_features(examples, tokenizer, windows, cache_dir, train, dist=None, workers=None):
+def build_features(examples: Examples, tokenizer: PreTrainedTokenizerFast, windows: WindowConfig,
+                   cache_dir: str | Path | None, train: bool, dist: DistEnv | None = None,
+                   workers: int | None = None) -> datasets.Dataset:
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
-    `windows` is a `config.WindowConfig`. Without `cache_dir` (a handful of questions) the features stay
-    in memory; `dist` (this rank's `DistEnv`) is needed with a cache shared by several ranks. `workers`:
-    --preprocessing-workers (see `worker_count`).
+    Without `cache_dir` (a handful of questions) the features stay in memory; `dist` is needed with a cache
+    shared by several ranks. `workers`: --preprocessing-workers (see `worker_count`).
     """
     import datasets  # heavy: not for the commands that tokenize nothing
 
@@ -171,7 +192,7 @@ def build_features(examples, tokenizer, windows, cache_dir, train, dist=None, wo
         return datasets.Dataset.from_file(str(cache_file))
 
 
-def feature_report(examples, train_features):
+def feature_report(examples: Examples, train_features: datasets.Dataset) -> dict[str, int]:
     """Counts users need at start: how many answers no window contains (those train on CLS)."""
     answerable = sum(1 for r in examples.records if r["answers"]["text"])
     labelled = set()

@@ -15,6 +15,12 @@ Every function takes `lang`: None keeps the SQuAD scripts' English normalization
 `LANGUAGES` uses MLQA's published per-language rules instead (see `normalize_answer`).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+
 import collections
 import re
 import string
@@ -40,10 +46,11 @@ _MLQA_PREFIXES = {"ar": "\u0627\u0644"}  # ال
 LANGUAGES = tuple(sorted([*_MLQA_ARTICLES, *_MLQA_PREFIXES]))
 _SEGMENTED = {"zh"}  # scored per character of CJK text (MLQA's mixed segmentation), not per whitespace token
 _CJK = re.compile("[\u4e00-\u9fa5]")
-_UNICODE_PUNCTUATION = None  # every code point of a Unicode P* category, with ASCII's: built on first use
+_UNICODE_PUNCTUATION: frozenset[str] | None = None  # every Unicode P* code point, with ASCII's: built on first use
+Articles = list[dict[str, Any]]  # the official format's `data` list
 
 
-def _unicode_punctuation():
+def _unicode_punctuation() -> frozenset[str]:
     global _UNICODE_PUNCTUATION
     if _UNICODE_PUNCTUATION is None:
         _UNICODE_PUNCTUATION = _PUNCTUATION | frozenset(
@@ -51,9 +58,11 @@ def _unicode_punctuation():
     return _UNICODE_PUNCTUATION
 
 
-def _segments(text):
+def _segments(text: str) -> list[str]:
     """Mixed segmentation: each CJK character or punctuation mark a token, other runs split at whitespace."""
-    tokens, run, punctuation = [], [], _unicode_punctuation()
+    tokens: list[str] = []
+    run: list[str] = []
+    punctuation = _unicode_punctuation()
     for ch in text:
         if _CJK.match(ch) or ch in punctuation:
             tokens += "".join(run).split() + [ch]
@@ -63,7 +72,7 @@ def _segments(text):
     return tokens + "".join(run).split()
 
 
-def _mlqa_normalize(text, lang):
+def _mlqa_normalize(text: str, lang: str) -> str:
     punctuation = _unicode_punctuation()
     text = "".join(ch for ch in text.lower() if ch not in punctuation)
     if _MLQA_ARTICLES.get(lang):
@@ -74,7 +83,7 @@ def _mlqa_normalize(text, lang):
     return " ".join(t for t in tokens if t.strip())
 
 
-def normalize_answer(text, lang=None):
+def normalize_answer(text: str, lang: str | None = None) -> str:
     """SQuAD's (lang None): lowercase, drop ASCII punctuation and the articles a/an/the, collapse whitespace.
     MLQA's for `lang`: lowercase, drop Unicode punctuation and the language's articles, then whitespace tokens
     (zh: mixed segmentation), joined by single spaces."""
@@ -84,11 +93,11 @@ def normalize_answer(text, lang=None):
     return _mlqa_normalize(text, lang)
 
 
-def _exact(prediction, reference, lang=None):
+def _exact(prediction: str, reference: str, lang: str | None = None) -> float:
     return float(normalize_answer(prediction, lang) == normalize_answer(reference, lang))
 
 
-def _f1(prediction, reference, empty_matches_empty, lang=None):
+def _f1(prediction: str, reference: str, empty_matches_empty: bool, lang: str | None = None) -> float:
     pred_toks = normalize_answer(prediction, lang).split()
     gold_toks = normalize_answer(reference, lang).split()
     if empty_matches_empty and (not pred_toks or not gold_toks):
@@ -101,12 +110,12 @@ def _f1(prediction, reference, empty_matches_empty, lang=None):
     return (2 * precision * recall) / (precision + recall)
 
 
-def _v2_references(references, lang=None):
+def _v2_references(references: Sequence[str], lang: str | None = None) -> list[str]:
     """The references v2.0 scores against: non-empty after normalisation, or else just ""."""
     return [r for r in references if normalize_answer(r, lang)] or [""]
 
 
-def exact_match(prediction, references, lang=None):
+def exact_match(prediction: str, references: Sequence[str], lang: str | None = None) -> float:
     """1.0 if `prediction` equals some reference after normalisation, else 0.0 (v2.0 rules).
 
     With no (non-empty) reference, i.e. an unanswerable question, only "" is right. Scores are in
@@ -115,26 +124,26 @@ def exact_match(prediction, references, lang=None):
     return max(_exact(prediction, r, lang) for r in _v2_references(references, lang))
 
 
-def f1(prediction, references, lang=None):
+def f1(prediction: str, references: Sequence[str], lang: str | None = None) -> float:
     """Best token-overlap F1 of `prediction` against the references, in 0..1 (v2.0 rules)."""
     return max(_f1(prediction, r, True, lang) for r in _v2_references(references, lang))
 
 
-def _questions(articles):
+def _questions(articles: Articles) -> Iterator[dict[str, Any]]:
     for article in articles:
         for paragraph in article["paragraphs"]:
             yield from paragraph["qas"]
 
 
-def _references(qa):
+def _references(qa: dict[str, Any]) -> list[str]:
     return [a["text"] for a in qa["answers"]]
 
 
-def question_ids(articles):
+def question_ids(articles: Articles) -> list[str]:
     return [qa["id"] for qa in _questions(articles)]
 
 
-def require_all(qids, mapping, what):
+def require_all(qids: Collection[str], mapping: Mapping[str, Any], what: str) -> None:
     """v2.0 needs a value for every question: the official script crashes (KeyError) without one."""
     missing = [qid for qid in qids if qid not in mapping]
     if missing:
@@ -143,9 +152,9 @@ def require_all(qids, mapping, what):
                          f"{', '.join(missing[:3])}{more}")
 
 
-def score_v1(articles, predictions, lang=None):
+def score_v1(articles: Articles, predictions: Mapping[str, str], lang: str | None = None) -> dict[str, float]:
     """`{"exact_match", "f1"}` in percent, as `evaluate-v1.1.py` prints them."""
-    exact = f1_sum = total = 0
+    exact, f1_sum, total = 0.0, 0.0, 0
     for qa in _questions(articles):
         total += 1
         if qa["id"] not in predictions:
@@ -161,19 +170,20 @@ def score_v1(articles, predictions, lang=None):
     return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1_sum / total}
 
 
-def _percentages(exact, f1s, qids):
+def _percentages(exact: Mapping[str, float], f1s: Mapping[str, float], qids: list[str]) -> dict[str, float | int]:
     return {"exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
             "f1": 100.0 * sum(f1s[q] for q in qids) / len(qids),
             "total": len(qids)}
 
 
-def _best_threshold(predictions, raw, na_probs, has_ans):
+def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
+                    has_ans: Mapping[str, bool]) -> tuple[float, float]:
     """The no-answer threshold that would maximise the score, searched as the official script does.
 
     Questions are taken in order of rising no-answer probability, ties in `na_probs` order (which
     can change the result, so it is kept); everything past the threshold counts as answered "".
     """
-    best = current = sum(not v for v in has_ans.values())
+    best = current = float(sum(not v for v in has_ans.values()))
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
         if qid not in raw:
@@ -184,7 +194,8 @@ def _best_threshold(predictions, raw, na_probs, has_ans):
     return 100.0 * best / len(raw), best_thresh
 
 
-def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0, lang=None):
+def score_v2(articles: Articles, predictions: Mapping[str, str], na_probs: Mapping[str, float] | None = None,
+             na_prob_thresh: float = 1.0, lang: str | None = None) -> dict[str, float]:
     """The dict `evaluate-v2.0.py` prints: exact, f1, total, HasAns_*, NoAns_* and, with `na_probs`
     (question id -> no-answer probability or score), best_exact(_thresh), best_f1(_thresh).
 
@@ -215,7 +226,8 @@ def score_v2(articles, predictions, na_probs=None, na_prob_thresh=1.0, lang=None
     return result
 
 
-def score(articles, predictions, na_probs=None, lang=None):
+def score(articles: Articles, predictions: Mapping[str, str], na_probs: Mapping[str, float] | None = None,
+          lang: str | None = None) -> dict[str, float]:
     """Score with the official script for the data's version (`squad.is_squad_v2`)."""
     if is_squad_v2({"data": articles}):
         return score_v2(articles, predictions, na_probs, lang=lang)

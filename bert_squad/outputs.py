@@ -5,6 +5,8 @@ evaluation (if any) is written: its presence is what "this run finished" means, 
 sweeps and summaries alike. A stopped run (exit 75) leaves checkpoints and no final metrics.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
 
 TRAIN_METRICS = "train_metrics.json"
@@ -15,6 +17,6 @@ NBEST = "nbest_predictions.json"
 NULL_ODDS = "null_odds.json"
 
 
-def finished(run_dir):
+def finished(run_dir: str | Path) -> bool:
     return (Path(run_dir) / TRAIN_METRICS).is_file()
 

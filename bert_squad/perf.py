@@ -6,14 +6,27 @@ For BERT-base at s = 384 that is about 212 GFLOP. s is the length the device com
 batch length); non-padding tokens/s is reported beside it to show the useful part.
 """
 
+from __future__ import annotations
+
+from typing import Optional
+
+from typing import Any
+
+from collections.abc import Callable, Iterable
+
 import resource
 import time
 
 import torch
 
+# (non-embedding parameters, layers, hidden size): layers and hidden size None where a config names them otherwise
+Shape = tuple[int, Optional[int], Optional[int]]
+Reduce = Callable[[list[float]], list[float]]
+Rates = dict[str, Optional[float]]  # samples/s, tokens/s, TFLOP/s per device, MFU, mean loss (None: not known)
+
 # Dense tensor-core peak TFLOP/s per device for 16-bit math, and for fp32 where it differs (TF32 is not
 # used by default in PyTorch matmuls, so fp32 runs are measured against the plain FP32 peak).
-PEAK_TFLOPS = {
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989, "fp16": 989, "fp32": 67},
     "H100 PCIe": {"bf16": 756, "fp16": 756, "fp32": 51},
     "H100": {"bf16": 989, "fp16": 989, "fp32": 67},
@@ -26,7 +39,7 @@ PEAK_TFLOPS = {
 }
 
 
-def peak_tflops(device_name, precision, override=None):
+def peak_tflops(device_name: str, precision: str, override: float | None = None) -> float | None:
     if override:
         return override
     for key, table in PEAK_TFLOPS.items():  # "H100 PCIe" is listed before "H100" on purpose
@@ -35,19 +48,19 @@ def peak_tflops(device_name, precision, override=None):
     return None
 
 
-def device_name(device):
+def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return "cpu"
 
 
-def model_shape(module):
+def model_shape(module: torch.nn.Module) -> Shape:
     """(non-embedding parameters, layers, hidden size) of a transformers model.
 
     Parameters are counted, not derived from config fields, so every family (GLU feed-forwards,
     DeBERTa's relative-position projections) is right; layers and hidden size give attention's
     sequence-squared term, and are None where a config names them differently (that term is left out)."""
-    def count(params):  # ZeRO-3 leaves each rank a shard; ds_numel is the whole parameter's size
+    def count(params: Iterable[torch.nn.Parameter]) -> int:  # ZeRO-3 leaves each rank a shard; ds_numel is the whole's
         return sum(getattr(p, "ds_numel", p.numel()) for p in params)
 
     embedding = count(p for m in module.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
@@ -58,7 +71,7 @@ def model_shape(module):
     return n, layers, h
 
 
-def flops_per_sample(shape, seq_len):
+def flops_per_sample(shape: Shape, seq_len: int) -> int:
     """Forward and backward: 6 FLOPs per parameter per token, plus attention's scores and mixing."""
     n, layers, h = shape
     return 6 * n * seq_len + (12 * layers * h * seq_len * seq_len if layers and h else 0)
@@ -72,13 +85,13 @@ class Meter:
 
     KEYS = ("samples", "tokens", "flops", "loss", "micro_batches")
 
-    def __init__(self, shape, world_size, peak):
+    def __init__(self, shape: Shape, world_size: int, peak: float | None) -> None:
         self.shape, self.world_size, self.peak = shape, world_size, peak
         self.started = self.t0 = time.perf_counter()
         self.window = dict.fromkeys(self.KEYS, 0)
         self.total = dict.fromkeys(self.KEYS, 0)
 
-    def add(self, batch, loss=None):
+    def add(self, batch: dict[str, torch.Tensor], loss: torch.Tensor | None = None) -> None:
         """Count a micro batch (its host copy, before it moves to the device) and its loss."""
         n, s = batch["input_ids"].shape
         counts = {"samples": n, "tokens": int(batch["attention_mask"].sum()),
@@ -88,7 +101,7 @@ class Meter:
             for key, value in counts.items():
                 counter[key] = counter[key] + value
 
-    def _rates(self, counts, seconds, reduce):
+    def _rates(self, counts: dict[str, Any], seconds: float, reduce: Reduce) -> Rates:
         loss = counts["loss"]
         values = [counts["samples"], counts["tokens"], counts["flops"], float(loss), counts["micro_batches"]]
         samples, tokens, flops, loss_sum, batches = reduce(values)
@@ -98,19 +111,19 @@ class Meter:
                 "tflops_per_device": tflops, "mfu": tflops / self.peak if self.peak else None,
                 "loss": loss_sum / batches if batches else None}
 
-    def log_rates(self, reduce=lambda xs: xs):
+    def log_rates(self, reduce: Reduce = lambda xs: xs) -> Rates:
         """Rates and mean loss over all ranks (`reduce` sums across ranks) since the last call."""
         now = time.perf_counter()
         rates = self._rates(self.window, now - self.t0, reduce)
         self.t0, self.window = now, dict.fromkeys(self.KEYS, 0)
         return rates
 
-    def run_rates(self, reduce=lambda xs: xs):
+    def run_rates(self, reduce: Reduce = lambda xs: xs) -> Rates:
         """The same since the start of the run."""
         return self._rates(self.total, time.perf_counter() - self.started, reduce)
 
 
-def peak_memory_gib(device):
+def peak_memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB

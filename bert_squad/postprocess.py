@@ -6,10 +6,16 @@ and ends of each window; for SQuAD 2.0 the null answer scores `start[CLS] + end[
 over the windows) and wins when it beats the best span by more than `null_score_diff_threshold`.
 """
 
+from __future__ import annotations
+
 import collections
-from typing import NamedTuple, Optional
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
+
+Logits = Sequence[Any]  # per window, a 1-D array of per-token logits
+Offsets = Sequence[Optional[Sequence[int]]]  # per token, [start_char, end_char] in the context, None outside it
 
 
 class Candidate(NamedTuple):
@@ -22,7 +28,16 @@ class Candidate(NamedTuple):
     end_logit: float
 
 
-def _window_spans(offsets, start, end, n_best_size, max_answer_length):
+class Predictions(NamedTuple):
+    """What post-processing gives per question id."""
+
+    texts: dict[str, str]  # the predicted answer ("" for none)
+    nbest: dict[str, list[dict[str, Any]]]  # the n-best candidates, JSON-ready, best first
+    null_odds: dict[str, float] | None  # SQuAD v2.0: null score minus best span score (the v2.0 script's na_probs)
+
+
+def _window_spans(offsets: Offsets, start: Any, end: Any, n_best_size: int, max_answer_length: int
+                  ) -> list[Candidate]:
     """The allowed span candidates of one window.
 
     Only context tokens (offset not None) may bound a span, so a span never covers the question,
@@ -45,14 +60,14 @@ def _window_spans(offsets, start, end, n_best_size, max_answer_length):
     return spans
 
 
-def _null_candidate(start_logits, end_logits, windows):
+def _null_candidate(start_logits: Logits, end_logits: Logits, windows: list[int]) -> Candidate:
     """The null answer scores CLS's logits; of several windows the least confident one counts."""
     return min((Candidate(float(start_logits[i][0] + end_logits[i][0]), None, None,
                           float(start_logits[i][0]), float(end_logits[i][0])) for i in windows),
                key=lambda c: c.score)
 
 
-def _nbest_entries(candidates, context):
+def _nbest_entries(candidates: list[Candidate], context: str) -> list[dict[str, Any]]:
     """JSON-ready n-best list, with a softmax over the candidates' scores.
 
     `offsets` ([start_char, end_char] in the context; None for the null answer) let a viewer mark the
@@ -69,28 +84,29 @@ def _nbest_entries(candidates, context):
             for c, p in zip(candidates, probs)]
 
 
-def predicted_entry(prediction, nbest):
+def predicted_entry(prediction: str, nbest: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The n-best entry that is the prediction. With a null threshold it need not be the first: a span
     may be predicted although the null answer scores best, or "no answer" although a span scores best."""
     return next((e for e in nbest if e["text"] == prediction), None)
 
 
-def postprocess_predictions(examples, features, start_logits, end_logits, *,
-                            version_2_with_negative=False, n_best_size=20, max_answer_length=30,
-                            null_score_diff_threshold=0.0):
-    """Return `(predictions, nbest, null_odds)`: {id: text}, {id: [n-best dicts]}, {id: float} or None.
+def postprocess_predictions(examples: Sequence[dict[str, Any]], features: Sequence[dict[str, Any]],
+                            start_logits: Logits, end_logits: Logits, *, version_2_with_negative: bool = False,
+                            n_best_size: int = 20, max_answer_length: int = 30,
+                            null_score_diff_threshold: float = 0.0) -> Predictions:
+    """Each question's answer text, its n-best list and (SQuAD v2.0) its null odds.
 
     `features[i]` has `example_id` and `offset_mapping` (`[start_char, end_char]` per context token,
     None for the rest, CLS first); `start_logits[i]`/`end_logits[i]` are 1-D arrays as long as it.
-    `null_odds[id]` is null score minus best span score (the official v2.0 script's na_probs input).
     With no allowed span the prediction is "" (v2.0: null odds taken against a span score of 0).
     """
     # A long context was cut into several windows (features): collect each question's windows.
-    windows = collections.defaultdict(list)
+    windows: dict[str, list[int]] = collections.defaultdict(list)
     for i, feature in enumerate(features):
         windows[feature["example_id"]].append(i)
-    predictions, nbest = {}, {}
-    null_odds = {} if version_2_with_negative else None
+    predictions: dict[str, str] = {}
+    nbest: dict[str, list[dict[str, Any]]] = {}
+    null_odds: dict[str, float] | None = {} if version_2_with_negative else None
     for example in examples:
         qid, context = example["id"], example["context"]
         if not windows[qid]:
@@ -106,6 +122,7 @@ def postprocess_predictions(examples, features, start_logits, end_logits, *,
             nbest[qid] = _nbest_entries(spans, context)
             continue
         # SQuAD 2.0: answer "" when the null answer beats the best span by more than the threshold.
+        assert null_odds is not None
         null = _null_candidate(start_logits, end_logits, windows[qid])
         null_odds[qid] = null.score - (spans[0].score if spans else 0.0)
         predictions[qid] = "" if null_odds[qid] > null_score_diff_threshold else best_text
@@ -114,4 +131,4 @@ def postprocess_predictions(examples, features, start_logits, end_logits, *,
         if null not in candidates:
             candidates.append(null)
         nbest[qid] = _nbest_entries(candidates, context)
-    return predictions, nbest, null_odds
+    return Predictions(predictions, nbest, null_odds)

@@ -6,6 +6,12 @@ stop at the same step, save one checkpoint and exit with EXIT_STOPPED. The handl
 while a `StopRequest` is entered: on the way out the previous ones are back.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from types import FrameType
+
 import signal
 
 EXIT_STOPPED = 75  # stopped after saving a checkpoint: resume with --resume auto to continue
@@ -14,21 +20,21 @@ EXIT_STOPPED = 75  # stopped after saving a checkpoint: resume with --resume aut
 class StopRequest:
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
-    def __init__(self):
-        self.signum = None
-        self._previous = {}
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[signal.Signals, Any] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> StopRequest:
         self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
 
     @property
-    def requested(self):
+    def requested(self) -> bool:
         return self.signum is not None

@@ -3,6 +3,10 @@
 Every line a run prints is worded here, so the training loop only says what happened.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import json
 import os
 
@@ -10,20 +14,32 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bert_squad import distributed, perf
 
+if TYPE_CHECKING:  # types only: importing them here would import torch's companions into every command
+    from collections.abc import Mapping
 
-def log(dist, msg):
+    import torch
+
+    from bert_squad.best import Best
+    from bert_squad.config import WindowConfig
+    from bert_squad.data import Examples
+    from bert_squad.distributed import DistEnv
+    from bert_squad.dsconfig import DeepSpeedConfig
+
+
+
+def log(dist: DistEnv, msg: str) -> None:
     """A line from rank 0 only: one log, not one copy per rank."""
     if dist.is_main:
         print(msg, flush=True)
 
 
-def rank_line(dist, device, backend):
+def rank_line(dist: DistEnv, device: torch.device, backend: str) -> str:
     """Every rank's first line: where it is and how it found its peers."""
     return (f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} "
             f"device {device} backend {backend} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}")
 
 
-def features_line(examples, report, windows, seconds):
+def features_line(examples: Examples, report: Mapping[str, int], windows: WindowConfig, seconds: float) -> str:
     return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
             f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
             f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
@@ -31,11 +47,12 @@ def features_line(examples, report, windows, seconds):
             f"{examples.skip_summary()} [{seconds:.1f}s]")
 
 
-def eval_features_line(examples, features):
+def eval_features_line(examples: Examples, features: Any) -> str:
     return f"eval {examples.source}: {len(examples)} questions, {len(features)} features; {examples.skip_summary()}"
 
 
-def plan_line(total_steps, steps_per_epoch, ds_config, device_name, engine):
+def plan_line(total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, device_name: str, engine: Any
+              ) -> str:
     b, facts = ds_config.batch, engine_facts(engine)
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
@@ -44,7 +61,7 @@ def plan_line(total_steps, steps_per_epoch, ds_config, device_name, engine):
             f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}")
 
 
-def engine_facts(engine) -> dict:
+def engine_facts(engine: Any) -> dict[str, Any]:
     """What the DeepSpeed engine built: the optimizer's class (torch's, or one of DeepSpeed's), the wrapper
     DeepSpeed put around it for 16-bit weights or ZeRO (None: it steps the optimizer itself), the autocast
     dtype, and the steps skipped for an fp16 overflow so far. Two runs' speeds compare only where these do."""
@@ -55,23 +72,23 @@ def engine_facts(engine) -> dict:
             "skipped_steps": engine.skipped_steps}
 
 
-def rates_line(step, total, lr, rates, device):
+def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torch.device) -> str:
     mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
     return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
             f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
             f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
 
 
-def eval_line(step, metrics):
+def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
     return f"eval step {step}: {json.dumps(metrics)}"
 
 
-def early_stop_line(step, patience, record):
+def early_stop_line(step: int, patience: int, record: Best) -> str:
     return (f"early stopping at step {step}: {patience} evaluations without a better dev F1 than step "
             f"{record.step}'s; its model is the one saved")
 
 
-def monitor_events(rates, samples):
+def monitor_events(rates: perf.Rates, samples: int) -> list[tuple[str, float | None, int]]:
     """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
     samples seen, as DeepSpeed's own series are."""
     return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
@@ -82,26 +99,26 @@ def monitor_events(rates, samples):
 class ProgressDisplay:
     """A rich bar where a person watches a single process; plain log lines (rank 0's) everywhere else."""
 
-    def __init__(self, dist, total_steps, done_steps, isatty):
+    def __init__(self, dist: DistEnv, total_steps: int, done_steps: int, isatty: bool) -> None:
         # Under mpirun, PMI or srun a rank's stdout is a pty or pipe nobody watches: no bar there.
         self.dist, self.enabled = dist, isatty and dist.is_main and not distributed.started_by_launcher()
         self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             TextColumn("{task.fields[info]}"), disable=not self.enabled)
         self.task = self.bar.add_task("train", total=total_steps, completed=done_steps, info="")
 
-    def __enter__(self):
+    def __enter__(self) -> ProgressDisplay:
         self.bar.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         return self.bar.__exit__(*exc)
 
-    def log(self, line):
+    def log(self, line: str) -> None:
         if self.enabled:
             self.bar.console.print(line)
         else:
             log(self.dist, line)
 
-    def advance(self, step, rates):
+    def advance(self, step: int, rates: perf.Rates | None) -> None:
         info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
         self.bar.update(self.task, completed=step, info=info)

@@ -9,6 +9,8 @@ scope: `distributed.process_group` exports the rank variables DeepSpeed reads wh
 `preemption.StopRequest` restores the signal handlers it replaced.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import sys
@@ -28,11 +30,11 @@ DEEPSPEED_NOISE = (
 )
 
 
-def _not_noise(record):
+def _not_noise(record: logging.LogRecord) -> bool:
     return not any(text in record.getMessage() for text in DEEPSPEED_NOISE)
 
 
-def prepare(*, offline=True, deepspeed=False, debug=False):
+def prepare(*, offline: bool = True, deepspeed: bool = False, debug: bool = False) -> None:
     """Set up this process for a command: network (none when `offline`), library verbosity and progress
     bars, warning filters, and DeepSpeed's state when the command starts `deepspeed`."""
     os.environ.update(dict.fromkeys(OFFLINE_VARS, "1" if offline else "0"))
@@ -53,7 +55,7 @@ def prepare(*, offline=True, deepspeed=False, debug=False):
         _prepare_deepspeed(debug)
 
 
-def _network_for_loaded_libraries(offline):
+def _network_for_loaded_libraries(offline: bool) -> None:
     """The offline switch where a program imported the Hugging Face libraries before: they read it at import."""
     if "huggingface_hub" in sys.modules:
         sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = offline
@@ -62,7 +64,7 @@ def _network_for_loaded_libraries(offline):
         datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = offline
 
 
-def _quiet_loaded_libraries(level):
+def _quiet_loaded_libraries(level: str) -> None:
     """The same settings through the libraries' own calls where a program imported them before (they read
     the environment only at import)."""
     if "transformers" in sys.modules:
@@ -75,7 +77,7 @@ def _quiet_loaded_libraries(level):
         datasets.utils.logging.set_verbosity(getattr(logging, level.upper()))
 
 
-def _prepare_deepspeed(debug):
+def _prepare_deepspeed(debug: bool) -> None:
     try:  # its import picks the accelerator, and refuses a DS_ACCELERATOR it does not know
         import deepspeed  # heavy: only the commands that start DeepSpeed import it
     except ValueError as err:

@@ -18,7 +18,7 @@ loads the model with transformers alone.
 """
 
 from functools import lru_cache
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import nn
@@ -27,14 +27,19 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 MODULE = "modeling_bert_squad"  # the file's name beside the weights, as the config's auto_map names it
+if TYPE_CHECKING:  # to a type checker, the mixin's base is the PreTrainedModel it is mixed into (for_model_type)
+    class _Mixin(PreTrainedModel):
+        pass
+else:
+    _Mixin = object
 
 
-class SpanHead:
+class SpanHead(_Mixin):
     """The span head and its loss; mixed into the encoder family's `PreTrainedModel` by `for_model_type`."""
 
-    encoder_class = None  # the family's encoder (AutoModel's class for its config), set by for_model_type
+    encoder_class: Any = None  # the family's encoder (AutoModel's class for its config), set by for_model_type
 
-    def __init__(self, config: PretrainedConfig):
+    def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
         setattr(self, self.base_model_prefix, self.encoder_class(config))
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
@@ -43,15 +48,16 @@ class SpanHead:
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
-        if module is getattr(self, "qa_outputs", None):  # BERT's qa_outputs initialisation
-            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
-            nn.init.zeros_(module.bias)
+        head = getattr(self, "qa_outputs", None)  # absent while the encoder is built
+        if head is not None and module is head:  # BERT's qa_outputs initialisation
+            nn.init.normal_(head.weight, mean=0.0, std=self.config.initializer_range)
+            nn.init.zeros_(head.bias)
         else:
             super()._init_weights(module)
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 start_positions: Optional[torch.Tensor] = None, end_positions: Optional[torch.Tensor] = None,
-                **kwargs) -> QuestionAnsweringModelOutput:
+                **kwargs: Any) -> QuestionAnsweringModelOutput:
         """Start and end logits per token; with positions, the loss BERT's question-answering head has
         (positions outside the window are ignored)."""
         hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]

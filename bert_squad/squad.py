@@ -7,6 +7,12 @@
 `is_impossible` and `plausible_answers` are v2.0's; everything else is common to both versions.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from typing import Any
+
 import re
 from typing import Optional
 
@@ -14,6 +20,9 @@ from typing import Optional
 # valid JSON ("\ud800") or a byte that was not UTF-8 (as surrogateescape decodes a command line), but not
 # Unicode, so no tokenizer takes it ("TextInputSequence must be str") and no UTF-8 file can hold it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# A question as one flat record: the Hugging Face `squad` schema (id, title, context, question, answers{text,
+# answer_start}) plus is_impossible.
+Record = dict[str, Any]
 REPLACEMENT = "\ufffd"  # what a lone surrogate is replaced by: one character for one, so offsets hold
 
 
@@ -31,22 +40,23 @@ def without_lone_surrogates(text: str) -> str:
 def surrogate_line(where: str, text: str, why: str = "no tokenizer takes it") -> str:
     """An error line for text holding a lone surrogate: where, at which character, and why that matters."""
     at = lone_surrogate(text)
+    assert at is not None, "only text holding a lone surrogate has a line"
     return (f"{where} holds a lone UTF-16 surrogate ({text[at].encode('unicode_escape').decode()} at character "
             f"{at}), which is not Unicode text: {why}")
 
 
-def json_type_name(kind):
+def json_type_name(kind: type) -> str:
     return {str: "a string", list: "a list", bool: "true or false", int: "an integer", dict: "an object"}[kind]
 
 
-def has_type(value, kind):
+def has_type(value: object, kind: type) -> bool:
     """JSON's types, not Python's: true is not the integer 1, and 1 is not true."""
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
 
 
-def is_squad_v2(doc):
+def is_squad_v2(doc: dict[str, Any]) -> bool:
     """SQuAD v2.0 data: its `version` says so, or a question carries `is_impossible` (1.1 never does).
 
     The one test of a file's version: reading, training's scoring and `bert-squad score` all ask it."""
@@ -57,9 +67,10 @@ def is_squad_v2(doc):
                for qa in para.get("qas", []) if isinstance(qa, dict))
 
 
-def to_articles(records, version_2):
+def to_articles(records: Iterable[dict[str, Any]], version_2: bool) -> list[dict[str, Any]]:
     """Nest flat records back into the official `data` list: what the official metrics read."""
-    articles, paragraphs = {}, {}
+    articles: dict[str, dict[str, Any]] = {}
+    paragraphs: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
         article = articles.setdefault(r["title"], {"title": r["title"], "paragraphs": []})
         key = (r["title"], r["context"])

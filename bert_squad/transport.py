@@ -11,6 +11,10 @@ without the CXI hook; cscs-docs software/communication/nccl.md). A user who sets
 library's output where it goes, and no report is made.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, MutableMapping
+
 import os
 import re
 import sys
@@ -42,11 +46,11 @@ class Transport:
     missing: Optional[str] = None  # a network asked for (NCCL_NET) that NCCL could not find
 
     @property
-    def ofi(self):
+    def ofi(self) -> bool:
         """Whether the collectives run through the libfabric plugin."""
         return self.network in OFI_NETWORKS or (self.network is None and self.provider is not None)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.missing:
             return f"no network: NCCL did not find network {self.missing!r} (NCCL_NET)"
         if self.network is None and self.provider is None:
@@ -59,9 +63,9 @@ class Transport:
         return f"network {self.network}"
 
 
-def parse(lines):
+def parse(lines: Iterable[str]) -> Transport:
     """The Transport that NCCL/RCCL debug lines describe (any prefix: host:pid:tid [dev], timestamps)."""
-    found = {}
+    found: dict[str, str] = {}
     for line in lines:
         for key, pattern in (("network", NETWORK), ("missing", NOT_FOUND), ("provider", PROVIDER),
                              ("plugin", PLUGIN), ("interfaces", SOCKETS)):
@@ -71,12 +75,12 @@ def parse(lines):
     return Transport(**found)
 
 
-def log_path():
+def log_path() -> str:
     """This rank's file for the library's debug lines."""
     return os.path.join(tempfile.gettempdir(), f"bert-squad-nccl-{os.getpid()}.log")
 
 
-def ask(environ=os.environ):
+def ask(environ: MutableMapping[str, str] = os.environ) -> str | None:
     """Ask NCCL/RCCL for INIT and NET debug lines in a file of this rank's own (`runtime.prepare` does, on
     a GPU); returns its path, or None where the user set NCCL_DEBUG (their output goes where they said)."""
     if environ.get("NCCL_DEBUG"):
@@ -85,12 +89,12 @@ def ask(environ=os.environ):
     return log_path()
 
 
-def asked(environ=os.environ):
+def asked(environ: MutableMapping[str, str] = os.environ) -> bool:
     """Whether this rank asked (`ask`), so its process group should `report`."""
     return environ.get("NCCL_DEBUG_FILE") == log_path()
 
 
-def report(rank, path, environ=os.environ):
+def report(rank: int, path: str, environ: MutableMapping[str, str] = os.environ) -> Transport:
     """After the library's first collective: the rank's log line(s) on its network, from `path`."""
     try:
         with open(path, errors="replace") as f:
