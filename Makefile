@@ -8,12 +8,6 @@ TORCH_SPEC ?= torch==2.13.0
 # The newest transformers by default; `make test` also runs the oldest supported line (test-compat).
 TRANSFORMERS_SPEC ?= transformers>=5
 COMPAT_TRANSFORMERS := transformers==4.40.2
-# What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export, answer,
-# load and label every encoder family it has, and refuse the ones newer than it naming the release they need; and
-# its venv must be the pinned one.
-COMPAT_TESTS := tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py tests/test_pins.py
-# The tests whose oracle only transformers 4.x has (the SQuAD v2.0 scorer): run there, left out of the main venv.
-ORACLE_4X_TESTS := tests/test_metrics.py tests/test_score_cli.py
 STAMP := $(VENV)/.installed
 # Every Python package the venv gets, as name==version (make pins writes them from setup.cfg's ranges): what
 # make demo and make test install on a fresh machine does not move with upstream releases. The compat line
@@ -26,7 +20,7 @@ SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charlie
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
 
-.PHONY: demo test test-compat compat-env test-compat-run test-fast system-deps ch-image pins minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-fast system-deps ch-image pins minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
@@ -75,38 +69,21 @@ demo: $(STAMP)
 	  --deepspeed_config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
-# Two pytest sessions side by side: the cluster tiers spend much of their time waiting on Slurm (job starts,
-# time limits, node timeouts, KillWait), the rest is CPU. Beside the rest, one background line installs the
-# compat environment, runs the cluster tiers with the benchmarks' tests (CPU work in Slurm's waits), and then
-# the compat tests. Every session always runs, and any one failing fails the target.
-CLUSTER_TIERS := slurm or multinode or container or bench
+# The suite's sessions (which, side by side, with which markers, and their summary) are tests/run.sh's; the
+# targets here install what they need first.
 test: system-deps ch-image $(STAMP)
-	@echo "cluster tiers, then compat, running beside the rest; their output follows at the end (live: tail -f $(VENV)/test-clusters.log)"
-	rm -f $(VENV)/test-clusters.rc $(VENV)/test-compat.rc; \
-	( $(MAKE) -s compat-env > $(VENV)/compat-install.log 2>&1 & install=$$!; \
-	  $(PY) -m pytest -q -ra --durations=10 -p no:cacheprovider -m "$(CLUSTER_TIERS)" > $(VENV)/test-clusters.log 2>&1; \
-	  echo $$? > $(VENV)/test-clusters.rc; \
-	  if wait $$install; then $(MAKE) -s test-compat-run > $(VENV)/test-compat.log 2>&1; echo $$? > $(VENV)/test-compat.rc; \
-	  else tail -20 $(VENV)/compat-install.log > $(VENV)/test-compat.log; echo 1 > $(VENV)/test-compat.rc; fi ) & side=$$!; \
-	$(PY) -m pytest -q -ra --durations=10 -m "not ($(CLUSTER_TIERS) or transformers4)"; rest=$$?; \
-	wait $$side; \
-	echo "--- cluster tiers ($(CLUSTER_TIERS)):"; cat $(VENV)/test-clusters.log; \
-	echo "--- compat ($(COMPAT_TRANSFORMERS)):"; cat $(VENV)/test-compat.log; \
-	tiers=$$(cat $(VENV)/test-clusters.rc 2>/dev/null || echo none); compat=$$(cat $(VENV)/test-compat.rc 2>/dev/null || echo none); \
-	echo "rest: exit $$rest, cluster tiers: exit $$tiers, compat: exit $$compat"; \
-	[ $$rest = 0 ] && [ $$compat = 0 ] && [ $$tiers = 0 ]
+	VENV=$(VENV) COMPAT_TRANSFORMERS="$(COMPAT_TRANSFORMERS)" tests/run.sh all
+
+# Everything but the `slow` tests (whatever trains) and the `transformers4` ones (the compat venv's).
+test-fast: $(STAMP)
+	VENV=$(VENV) tests/run.sh fast
 
 # A second environment with the oldest supported transformers (4.x), for the tests marked `compat`.
-test-compat: compat-env test-compat-run
+test-compat: compat-env
+	tests/run.sh compat
 
 compat-env:
 	$(MAKE) VENV=.venv-compat PINS=$(COMPAT_PINS) TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
-
-test-compat-run:
-	.venv-compat/bin/python -m pytest -q -ra -m "compat or transformers4" $(COMPAT_TESTS) $(ORACLE_4X_TESTS)
-
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not (slow or transformers4)"
 
 # Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in docs/performance.md).
 minilm-dir: $(STAMP)

@@ -69,26 +69,47 @@ def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, w
 
 
 def prepare_train(batch, tokenizer, windows):
+    """A batch of questions -> train features: each context cut into windows, each window labelled with
+    the tokens of its question's answer, or with CLS (token 0) when it holds no whole answer.
+
+    The answer is known by characters (`answer_start` and the length of its text); the model predicts
+    tokens: the offsets give each context token's characters, and the label is the first token that ends
+    after the answer starts and the last that starts before it ends. `answerable` keeps apart the two
+    reasons for CLS, a window without the answer and a question without one (`feature_report` counts them).
+    """
+    # The question and its context tokenized as a pair, the context cut into windows of max_seq_length
+    # tokens that overlap by doc_stride, each token's offsets trimmed to the characters it stands for.
     enc = _tokenize(batch, tokenizer, windows)
+    # A long context gives several windows: each feature's question, as its row in this batch.
     sample_map = enc.pop("overflow_to_sample_mapping")
     starts, ends, answerable = [], [], []
     for i, offsets in enumerate(enc["offset_mapping"]):
+        # Which sequence each token belongs to: 0 the question, 1 the context, None a special token.
         seq_ids = enc.sequence_ids(i)
         answers = batch["answers"][sample_map[i]]
-        start_pos = end_pos = 0
+        start_pos = end_pos = 0  # CLS, unless the answer is found whole in this window
+        # This window's context tokens, one run of positions: the answer can only be between the first and last.
         ctx = [t for t, s in enumerate(seq_ids) if s == 1]
         if answers["text"] and ctx:  # no context tokens: all its characters are ones the tokenizer drops (controls)
+            # The answer's characters in the context, [start_char, end_char): a train question has one answer
+            # (the first is taken where a file lists several).
             start_char = answers["answer_start"][0]
             end_char = start_char + len(answers["text"][0])
             first, last = ctx[0], ctx[-1]
+            # Only a window whose context spans all of the answer's characters is labelled with it; one that
+            # holds a part or none of it points at CLS (the overlapping windows next to it may hold it whole).
             if offsets[first][0] <= start_char and offsets[last][1] >= end_char:
+                # Forward from the window's first context token: the first to end after the answer's first
+                # character holds it (or, where the answer begins with a space, is the token after it).
                 start_pos = next(t for t in range(first, last + 1) if offsets[t][1] > start_char)
+                # Back from its last: the last to start before the answer's end holds its last character.
                 end_pos = next(t for t in range(last, first - 1, -1) if offsets[t][0] < end_char)
                 if start_pos > end_pos:  # the answer covers no token (only whitespace): nothing to point at
                     start_pos = end_pos = 0
         starts.append(start_pos)
         ends.append(end_pos)
         answerable.append(bool(answers["text"]))
+    # The offsets served the search; the model takes token ids and the two labels.
     enc.pop("offset_mapping")
     enc["start_positions"], enc["end_positions"] = starts, ends
     enc["example_index"] = [batch["index"][j] for j in sample_map]

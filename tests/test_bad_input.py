@@ -220,6 +220,15 @@ def test_an_environment_variable_that_cannot_be_is_one_line(variable, value, mes
     assert not out.exists()
 
 
+def test_resume_path_that_is_no_checkpoint_writes_nothing(capsys, tiny_model, sample_train, tmp_path):
+    out = tmp_path / "out"
+    code = main(["--model", str(tiny_model), "--train-file", str(sample_train), "--output-dir", str(out),
+                 "--resume", str(tmp_path / "nothing-here")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a complete checkpoint" in err[0], err
+    assert not out.exists()
+
+
 def test_answer_start_mismatch_is_counted_and_skipped(tmp_path):
     bad = dict(GOOD_QA, id="q2", answers=[{"text": "Lugano", "answer_start": 3}])
     p = tmp_path / "t.json"
@@ -237,6 +246,30 @@ def test_empty_questions_are_counted_and_skipped(tmp_path):
     assert [r["id"] for r in ex.records] == ["q1"]
     assert ex.empty_question_ids == ["q2", "q3"] and ex.skipped_ids == ["q4"]
     assert ex.skip_summary() == "1 questions skipped (answer_start off its text), 2 skipped (empty question)"
+
+
+@pytest.mark.slow
+def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_dev, tmp_path):
+    """An empty question in the train or eval file is skipped, and the start-up lines say how many."""
+    def with_empty_questions(path, n):
+        doc = json.loads(path.read_text())
+        for qa in doc["data"][0]["paragraphs"][0]["qas"][:n]:
+            qa["question"] = "" if n > 1 else "\t "
+        out = tmp_path / path.name
+        out.write_text(json.dumps(doc))
+        return out
+
+    train, dev = with_empty_questions(sample_train, 2), with_empty_questions(sample_dev, 1)
+    r = run_bert_squad("--model", tiny_model, "--train-file", train, "--eval-file", dev, "--max-steps", 1,
+                       "--max-seq-length", 96, "--doc-stride", 16, "--output-dir", tmp_path / "out",
+                       "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, r.stderr[-3000:]
+    questions = {p: sum(len(para["qas"]) for a in json.loads(p.read_text())["data"] for para in a["paragraphs"])
+                 for p in (train, dev)}
+    assert (f"train {train}: {questions[train] - 2} questions" in r.stdout
+            and "0 questions skipped (answer_start off its text), 2 skipped (empty question)" in r.stdout), r.stdout
+    assert f"eval {dev}: {questions[dev] - 1} questions" in r.stdout and "1 skipped (empty question)" in r.stdout
+    assert len(json.loads((tmp_path / "out" / "predictions.json").read_text())) == questions[dev] - 1
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):

@@ -1,10 +1,12 @@
-"""Length-grouped batch plans and the FLOP accounting behind MFU."""
+"""Length-grouped batch plans, and a train set smaller than one of their global batches."""
+
+import json
 
 import numpy as np
 import pytest
 
 from bert_squad.batching import BatchPlan, Collator
-from bert_squad.perf import flops_per_sample, model_shape, peak_tflops
+from helpers import run_bert_squad
 
 
 def lengths(n=1000, seed=0):
@@ -64,15 +66,16 @@ def test_collator_pads_to_batch_or_fixed_length():
     assert Collator(pad_id=0, multiple_of=8)(rows)["input_ids"].shape == (2, 8)
 
 
-def test_bert_base_flops_per_sample_at_384():
-    from transformers import BertConfig, BertForQuestionAnswering
-
-    gflop = flops_per_sample(model_shape(BertForQuestionAnswering(BertConfig())), 384) / 1e9
-    assert 205 < gflop < 220  # the published figure: about 212 GFLOP per 384-token sample
-
-
-def test_peak_table():
-    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989
-    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756
-    assert peak_tflops("AMD Instinct MI250X", "fp16") == 191.5
-    assert peak_tflops("cpu", "fp32") is None and peak_tflops("cpu", "fp32", override=1.5) == 1.5
+@pytest.mark.slow
+def test_train_set_smaller_than_one_global_batch_trains(tiny_model, sample_train, tmp_path):
+    doc = json.loads(sample_train.read_text())
+    para = doc["data"][0]["paragraphs"][0]
+    small = {"version": "1.1", "data": [{"title": "t", "paragraphs": [dict(para, qas=para["qas"][:2])]}]}
+    train = tmp_path / "small.json"
+    train.write_text(json.dumps(small))
+    out = tmp_path / "out"
+    r = run_bert_squad("--model", tiny_model, "--train-file", train, "--max-steps", 2,
+                       "--output-dir", out, "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fewer than one global batch of 16" in r.stdout
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2

@@ -1,10 +1,12 @@
-"""Sliding-window features: every label maps back to the answer's exact characters."""
+"""Sliding-window features: every label maps back to the answer's exact characters; the window settings
+(WindowConfig) leave room for context."""
 
 import pytest
 from helpers import decode_spans, shared_squad
 
 from bert_squad.data import read_squad
 from bert_squad.config import WindowConfig
+from bert_squad.errors import UserError
 from bert_squad.features import build_features, feature_report
 
 
@@ -111,3 +113,14 @@ def test_cached_features_are_the_same_for_any_number_of_workers(sample_train, to
         files += list((tmp_path / str(workers) / "features").iterdir())
     assert len(files) == 2 and files[0].name == files[1].name and files[0].read_bytes() == files[1].read_bytes()
     assert worker_count(None, 100) == 1  # too few questions to share
+
+
+def test_default_stride_follows_the_window_length():
+    assert WindowConfig().doc_stride == 128
+    short = WindowConfig(max_seq_length=128)  # 128 - 64 - 3 = 61 tokens of context per window
+    assert short.doc_stride == 30 and short.doc_stride < 61
+    assert WindowConfig(max_seq_length=128, doc_stride=40).doc_stride == 40
+    with pytest.raises(UserError, match="--doc-stride 61 must leave room"):
+        WindowConfig(max_seq_length=128, doc_stride=61)
+    with pytest.raises(UserError, match="--max-seq-length 66 leaves no room"):
+        WindowConfig(max_seq_length=66)

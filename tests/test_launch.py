@@ -342,7 +342,9 @@ def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_mode
 def test_scripts_pass_shellcheck():
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
-    paths = sorted((ROOT / "slurm").glob("*.sbatch")) + [JOB_SH]
+    # The job scripts, and the suite's own (tests/run.sh runs the sessions, .ci/run is CI's entry).
+    paths = [*sorted((ROOT / "slurm").glob("*.sbatch")), JOB_SH, *sorted((ROOT / "tests").glob("*.sh")),
+             ROOT / ".ci" / "run"]
     proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout

@@ -1,31 +1,22 @@
 """The package's shape, checked: the import graph has no circles and no import goes up a layer, functions
 fit on a screen, function-local imports say why they are local, and nothing reaches into argparse.
 
-The layers are the architecture in one list: a module may import only modules of lower layers, so data
-flows one way (cli -> train -> {data, features, model, distributed, evaluate}) and nothing reaches back up.
+The layers are the architecture in one table, docs/design.md's: a module may import only modules of lower
+layers, so data flows one way (cli -> train -> {data, features, model, distributed, evaluate}) and nothing
+reaches back up.
 """
 
 import ast
+import re
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "bert_squad"
-LAYERS = [
-    # foundations: no project imports
-    {"errors", "outputs", "squad", "postprocess", "batching", "perf", "preemption", "transport", "commands",
-     "span_head"},
-    {"files", "metrics", "distributed", "runtime", "model"},  # files, scores, ranks, loading
-    {"cache"},  # the cache layout
-    {"config", "features", "checkpoint", "best"},  # typed options; things the run is made of
-    {"data", "dsconfig"},
-    {"report"},
-    {"evaluate", "download", "score", "export", "resume", "cluster.summarize"},
-    {"train", "answer", "predict", "cluster.launch"},  # commands
-    {"bert_squad_test", "cluster.sweep"},  # commands built on commands
-    {"cli"},  # the entry
-    {"__main__"},  # python -m bert_squad
-]
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "bert_squad"
+DESIGN = ROOT / "docs" / "design.md"
+LAYERS_MARKER = "<!-- layers: read by tests/test_structure.py, lowest first -->"
 MAX_FUNCTION_LINES = 50
 
 
@@ -54,17 +45,41 @@ def functions(tree):
     return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
+def layers():
+    """docs/design.md's layer table, lowest first: the modules (in backticks) of each row's second column."""
+    text = DESIGN.read_text()
+    assert LAYERS_MARKER in text, f"{DESIGN}: no layer table after {LAYERS_MARKER}"
+    rows = list(takewhile(lambda line: line.startswith("|"), text.split(LAYERS_MARKER, 1)[1].strip().splitlines()))
+    found = [set(re.findall(r"`([\w.]+)`", row.split("|")[2])) for row in rows[2:]]  # past the header and |---|
+    assert found and all(found), f"{DESIGN}: a layer table with an empty row, or none: {rows}"
+    return found
+
+
+def upward_imports(found, layers):
+    """(importer, imported) for each import of a module at or above the importer's own layer."""
+    layer = {name: i for i, names in enumerate(layers) for name in names}
+    return [(m, t) for m, tree in found.items() for t in project_imports(tree, found)
+            if t != m and layer[t] >= layer[m]]
+
+
 def test_every_module_has_a_layer():
-    layered = set().union(*LAYERS)
-    assert set(modules()) == layered, f"add to LAYERS: {set(modules()) - layered}, gone: {layered - set(modules())}"
+    layered = set().union(*layers())
+    assert set(modules()) == layered, (f"add to docs/design.md's layers: {set(modules()) - layered}, "
+                                       f"gone: {layered - set(modules())}")
 
 
 def test_imports_only_go_down_a_layer():
-    found = modules()
-    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
-    upward = [(m, t) for m, tree in found.items() for t in project_imports(tree, found)
-              if t != m and layer[t] >= layer[m]]
+    upward = upward_imports(modules(), layers())
     assert not upward, f"imports at or above the importer's layer: {upward}"
+
+
+def test_the_checker_sees_an_import_up_a_layer():
+    """With design.md's layers, a foundation that imports the entry point is caught, and so is an import
+    within one layer."""
+    found = modules()
+    found["errors"] = ast.parse((PACKAGE / "errors.py").read_text() + "\nfrom bert_squad import cli\n")
+    found["perf"] = ast.parse((PACKAGE / "perf.py").read_text() + "\nfrom bert_squad.errors import UserError\n")
+    assert sorted(upward_imports(found, layers())) == [("errors", "cli"), ("perf", "errors")]
 
 
 def test_no_function_is_longer_than_a_screen():

@@ -1,4 +1,5 @@
-"""DeepSpeed configs: shipped ones are valid; bad ones fail before any work with the key named."""
+"""DeepSpeed configs: named by a shipped name or a path; shipped ones are valid; bad ones fail before any work
+with the key named."""
 
 import json
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.dsconfig import load as load_ds_config
-from bert_squad.dsconfig import settings
+from bert_squad.dsconfig import locate, settings
 from bert_squad.errors import UserError
 
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
@@ -112,3 +113,12 @@ def test_the_finished_config_cannot_be_edited():
     assert done.as_dict()["train_micro_batch_size_per_gpu"] == 4 and done.batch.size == 8
     with pytest.raises(AttributeError):
         done.text = "{}"
+
+
+def test_shipped_configs_by_name_or_path(tmp_path):
+    assert locate("ds_bf16") == CONFIG_DIR / "ds_bf16.json" == locate("ds_bf16.json")
+    own = tmp_path / "mine.json"
+    own.write_text("{}")
+    assert locate(str(own)) == own
+    with pytest.raises(UserError, match="ds_bf17: no such DeepSpeed config .*ds_bf16, ds_fp16, ds_fp32, ds_zero2"):
+        locate("ds_bf17")
