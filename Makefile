@@ -20,7 +20,7 @@ SYSTEM_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev shellcheck charlie
 # The Charliecloud test image (tests/test_charliecloud.py), one per machine, outside the checkout.
 CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bert-squad/ch-bookworm)
 
-.PHONY: demo test test-compat compat-env test-fast system-deps ch-image pins minilm-dir gpu-kit clean
+.PHONY: demo test test-compat compat-env test-fast lint system-deps ch-image pins minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml $(PINS)
 	python3 -m venv $(VENV)
@@ -77,6 +77,10 @@ test: system-deps ch-image $(STAMP)
 # Everything but the `slow` tests (whatever trains) and the `transformers4` ones (the compat venv's).
 test-fast: $(STAMP)
 	VENV=$(VENV) tests/run.sh fast
+
+# ruff (lint and format) and mypy alone: seconds; make test and make test-fast run them first.
+lint: $(STAMP)
+	VENV=$(VENV) tests/run.sh lint
 
 # A second environment with the oldest supported transformers (4.x), for the tests marked `compat`.
 test-compat: compat-env

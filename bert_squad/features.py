@@ -68,7 +68,8 @@ def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, w
     return enc
 
 
-def prepare_train(batch, tokenizer, windows):
+def prepare_train(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
+                  ) -> BatchEncoding:
     """A batch of questions -> train features: each context cut into windows, each window labelled with
     the tokens of its question's answer, or with CLS (token 0) when it holds no whole answer.
 

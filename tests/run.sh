@@ -2,10 +2,11 @@
 # The test suite's sessions. The Makefile installs (the venvs, the Debian packages, the Charliecloud image)
 # and then calls this script; tests/README.md says what each tier needs and how long a run takes.
 #
-#   tests/run.sh          the whole suite (make test): three sessions, one exit code
-#   tests/run.sh fast     the suite without the `slow` tests (everything that trains) and without the
-#                         `transformers4` ones (the compat venv runs those): make test-fast
+#   tests/run.sh          the whole suite (make test): the lint, then three sessions, one exit code
+#   tests/run.sh fast     the lint, then the suite without the `slow` tests (everything that trains) and
+#                         without the `transformers4` ones (the compat venv runs those): make test-fast
 #   tests/run.sh compat   the compat tests in .venv-compat (make test-compat, which installs it first)
+#   tests/run.sh lint     ruff (lint and format) and mypy, as pyproject.toml configures them: make lint
 #
 # VENV names the main venv (.venv); COMPAT_TRANSFORMERS the compat line's transformers, for the summary
 # (the Makefile passes both). pytest reads PYTEST_ADDOPTS in every session: PYTEST_ADDOPTS='-k NAME'
@@ -27,7 +28,15 @@ COMPAT_TESTS=(tests/test_train.py tests/test_evaluate.py tests/test_answer.py te
 # The tests whose oracle only transformers 4.x has (the SQuAD v2.0 scorer): run there, left out of the main venv.
 ORACLE_4X_TESTS=(tests/test_metrics.py tests/test_score_cli.py)
 
+# Seconds, so it runs first: a lint failure ends the run before half an hour of tests.
+lint() {
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check .
+    "$VENV/bin/mypy"
+}
+
 fast() {
+    lint
     "$PY" -m pytest -q -ra -m "not (slow or transformers4)"
 }
 
@@ -55,6 +64,7 @@ cluster_tiers_then_compat() {
 # Two pytest sessions side by side: the rest here, the cluster tiers and then compat in the background.
 # Every session always runs, and any one failing fails the run.
 whole_suite() {
+    lint
     echo "cluster tiers, then compat, running beside the rest; their output follows at the end" \
          "(live: tail -f $VENV/test-clusters.log)"
     rm -f "$VENV/test-clusters.rc" "$VENV/test-compat.rc"
@@ -77,5 +87,6 @@ case "${1:-all}" in
     all) whole_suite ;;
     fast) fast ;;
     compat) compat ;;
-    *) echo "usage: tests/run.sh [all|fast|compat]" >&2; exit 2 ;;
+    lint) lint ;;
+    *) echo "usage: tests/run.sh [all|fast|compat|lint]" >&2; exit 2 ;;
 esac

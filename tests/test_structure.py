@@ -29,10 +29,18 @@ def modules():
     return found
 
 
+def type_only(tree):
+    """The nodes under `if TYPE_CHECKING:`: imports a type checker reads and the program never runs."""
+    guards = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING")]
+    return {id(inner) for guard in guards for statement in guard.body for inner in ast.walk(statement)}
+
+
 def project_imports(tree, names):
-    """Modules of the package that `tree` imports, anywhere in it."""
-    out = set()
+    """Modules of the package that `tree` imports, anywhere in it but under `if TYPE_CHECKING:`."""
+    out, skipped = set(), type_only(tree)
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bert_squad"):
             base = node.module.removeprefix("bert_squad").lstrip(".")
             out |= {n for n in [base, *(f"{base}.{a.name}".lstrip(".") for a in node.names)] if n in names}
@@ -71,6 +79,17 @@ def test_every_module_has_a_layer():
 def test_imports_only_go_down_a_layer():
     upward = upward_imports(modules(), layers())
     assert not upward, f"imports at or above the importer's layer: {upward}"
+
+
+def test_a_type_only_import_is_no_dependency():
+    """An annotation may name a type of any layer (the value arrives as an argument, down the calls); the same
+    import outside `if TYPE_CHECKING:` is an import up a layer."""
+    found = modules()
+    guarded = "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bert_squad.cli import main\n"
+    found["errors"] = ast.parse((PACKAGE / "errors.py").read_text() + guarded)
+    assert ("errors", "cli") not in upward_imports(found, layers())
+    found["errors"] = ast.parse((PACKAGE / "errors.py").read_text() + guarded.replace("if TYPE_CHECKING", "if True"))
+    assert ("errors", "cli") in upward_imports(found, layers())
 
 
 def test_the_checker_sees_an_import_up_a_layer():
