@@ -21,7 +21,7 @@ from rich.text import Text
 from bert_squad import cache, config, model, squad
 from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 from bert_squad.evaluate import predict
 from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import parse_json, read_json, read_text
@@ -57,7 +57,7 @@ class Answerer:
             self.device = torch.device(device)
             torch.empty(0, device=self.device)
         except (RuntimeError, AssertionError) as err:
-            raise UserError(f"device '{device}' is not usable here ({str(err).splitlines()[0]})") from None
+            raise UserError(f"device '{device}' is not usable here ({first_line(err)})") from None
         self.module = module.to(self.device).eval()
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()

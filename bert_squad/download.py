@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from bert_squad import cache, config
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 from bert_squad.files import writable_directory
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
@@ -57,8 +57,7 @@ def download(cfg):
         raise UserError(f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
                         f"visible without a token): check its name") from None
     except Exception as err:  # any other failure here means: no usable hub from this machine
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
+        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
                         f"--download-only needs internet (a login node), compute nodes then run offline") from None
     print(f"model -> {download_model(data.model, data.cache_dir)}")
     if not data.train_file:

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from pathlib import Path
 from typing import Optional
 
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 from bert_squad.files import read_json
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there in installed copies too
@@ -265,8 +265,7 @@ def _check_with_deepspeed(cfg, path):
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
             raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
         except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {reason}") from None
+            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {first_line(err)}") from None
 
 
 # What DeepSpeed's engine pops from an Adam optimizer's params before it builds the optimizer (engine.py).
@@ -302,7 +301,7 @@ def _check_optimizer(cfg, path):
     try:
         cls([torch.nn.Parameter(torch.zeros(1))], **params)
     except (TypeError, ValueError, IndexError, KeyError) as err:
-        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {_reason(err)}") from None
+        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {first_line(err)}") from None
 
 
 def _check_scheduler(cfg, path, learning_rate):
@@ -327,7 +326,7 @@ def _check_scheduler(cfg, path, learning_rate):
     try:
         cls(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=learning_rate or 1e-3), **params)
     except (TypeError, ValueError, IndexError, KeyError, AssertionError) as err:
-        raise UserError(f"{path}: scheduler.params are not what {name} takes: {_reason(err)}") from None
+        raise UserError(f"{path}: scheduler.params are not what {name} takes: {first_line(err)}") from None
     finally:
         quiet.setLevel(level)
 
@@ -336,10 +335,6 @@ def _torch_class(module, name):
     """The class `name` in one of torch's modules, or None: DeepSpeed falls back to those by name."""
     found = getattr(module, name, None)
     return found if isinstance(found, type) else None
-
-
-def _reason(err):
-    return (str(err).splitlines() or [type(err).__name__])[0] or type(err).__name__
 
 
 def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="."):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 
 if TYPE_CHECKING:  # transformers loads with the model, not for the commands that load none
     from transformers import PretrainedConfig, PreTrainedModel
@@ -55,11 +55,6 @@ def family(model_type: str) -> Optional[Family]:
     return next((f for f in FAMILIES if f.model_type == model_type), None)
 
 
-def _reason(err):
-    """The first line of a library's error: enough to say what is wrong without a traceback."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
 def _check_model_type(model_dir: PathLike) -> None:
     """A family newer than the installed transformers fails in its tokenizer with a message about the
     tokenizer file, in its config with a paragraph, or (ModernBERT on 4.48-4.50) only where its missing
@@ -93,7 +88,7 @@ def load_tokenizer(model_dir):
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
-        raise UserError(f"{model_dir}: cannot load a tokenizer ({_reason(err)})") from None
+        raise UserError(f"{model_dir}: cannot load a tokenizer ({first_line(err)})") from None
     # transformers 5 builds an empty vocabulary where no tokenizer file exists; every word would be [UNK].
     if not any((Path(model_dir) / name).is_file() for name in tok.vocab_files_names.values()):
         raise UserError(f"{model_dir}: cannot load a tokenizer (none of its files: "
@@ -146,7 +141,7 @@ def _config(model_dir: PathLike) -> "PretrainedConfig":
     try:
         return AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
-        raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
+        raise UserError(f"{model_dir}: not a model directory ({first_line(err)})") from None
 
 
 def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type:
@@ -225,7 +220,7 @@ def max_tokens(module: "PreTrainedModel") -> tuple:
 def _weights_reason(err):
     """torch's refusal of a pickle advises weights_only=False, which would run the file's code: not advice
     for a batch job, so it is said without it."""
-    reason = _reason(err)
+    reason = first_line(err)
     if reason.startswith("Weights only load failed"):
         return "a PyTorch pickle that torch.load(weights_only=True) refuses"
     return reason

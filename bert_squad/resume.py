@@ -30,7 +30,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bert_squad import checkpoint, distributed, dsconfig, report
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
+from bert_squad.files import probe_write
 
 AS_IS, WHOLE, UNIVERSAL = "as is", "whole", "universal"
 
@@ -101,11 +102,9 @@ def _converted(path):
     return (Path(path) / DIR / checkpoint.MARKER).is_file()
 
 
-def _check_writable(path):
-    probe = Path(path) / f".write-test-{os.getpid()}"
+def _check_writable(path: Path) -> None:
     try:
-        probe.write_text("")
-        probe.unlink()
+        probe_write(path)
     except OSError as err:
         raise UserError(f"{path}: resuming it on another number of ranks converts its ZeRO optimizer shards "
                         f"into a universal checkpoint inside it, and it cannot be written ({err.strerror}); "
@@ -166,5 +165,4 @@ def _ds_to_universal(path, out):
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             ds_to_universal.main(args)
     except Exception as err:  # whatever the converter trips on, it is why this checkpoint does not convert
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"{path}: DeepSpeed cannot convert it to a universal checkpoint: {reason}") from None
+        raise UserError(f"{path}: DeepSpeed cannot convert it to a universal checkpoint: {first_line(err)}") from None
