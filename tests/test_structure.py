@@ -22,7 +22,7 @@ LAYERS = [
     {"report"},
     {"evaluate", "download", "score", "export", "resume", "cluster.summarize"},
     {"train", "answer", "predict", "cluster.launch"},  # commands
-    {"bert_squad_test", "cluster.sweep"},  # commands built on commands
+    {"inspect_answers", "cluster.sweep"},  # commands built on commands
     {"cli"},  # the entry
     {"__main__"},  # python -m bert_squad
 ]
