@@ -41,7 +41,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Site:
-    """A site's job script, as the script itself says it: its #SBATCH options and default training arguments."""
+    """A site's job script, as the script itself says it: its #SBATCH options, default training arguments and
+    partition for part of a node."""
 
     name: str
     script: Path
