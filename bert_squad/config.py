@@ -87,8 +87,8 @@ class WindowConfig:
     """windows: how a question and a long context become model inputs"""
 
     max_seq_length: int = option(384, "tokens per window (question + context + special tokens)")
-    doc_stride: Optional[int] = option(None, "tokens shared by consecutive windows of a long context "
-                                             "(default: 128, or less where --max-seq-length leaves less room)")
+    doc_stride: int = option(None, "tokens shared by consecutive windows of a long context "  # None: resolved here
+                                   "(default: 128, or less where --max-seq-length leaves less room)")
     max_query_length: int = option(64, "questions are cut to this many tokens")
 
     def __post_init__(self) -> None:
