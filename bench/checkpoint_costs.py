@@ -43,7 +43,7 @@ def write_checkpoint(args, name, directory):
     out = Path(directory) / name
     launcher = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)] if args.ranks > 1 else []
     cmd = [*launcher, sys.executable, "-m", "bert_squad", "--model", args.model, "--train-file", args.train_file,
-           "--deepspeed_config", str(config_file(name, directory)), "--output-dir", str(out), "--cache-dir",
+           "--deepspeed-config", str(config_file(name, directory)), "--output-dir", str(out), "--cache-dir",
            str(Path(directory) / "cache"), "--max-steps", "1", "--checkpoint-every", "1", "--no-eval",
            "--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24"]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)

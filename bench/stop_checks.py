@@ -30,7 +30,7 @@ def train_until_signal(args: argparse.Namespace, directory: Path) -> tuple:
     calls = directory / "calls.json"
     cmd = [sys.executable, str(ROOT / "tests" / "reduce_tap.py"), str(calls), "--signal-at-step",
            str(args.signal_at_step), "--model", args.model, "--train-file", args.train_file, "--output-dir",
-           str(directory / "out"), "--cache-dir", str(directory / "cache"), "--deepspeed_config", "ds_fp32",
+           str(directory / "out"), "--cache-dir", str(directory / "cache"), "--deepspeed-config", "ds_fp32",
            "--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24",
            "--max-steps", "100000", "--log-every", "100000", "--no-eval"]
     common = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job_port(str(os.getpid()))))

@@ -7,7 +7,7 @@ of --steps optimizer steps; the figures are those of the second half of the step
 Prints a table and, as its last line, one JSON object.
 
     python bench/throughput.py --model DIR --train-file ../shared/data/squad/train-v1.1-head.json
-    python bench/throughput.py --model bert-base-random --train-file F --deepspeed_config configs/ds_bf16.json
+    python bench/throughput.py --model bert-base-random --train-file F --deepspeed-config ds_bf16
 """
 
 import argparse
@@ -45,7 +45,7 @@ def command(args, out, fixed, log_every=None):
     """One variant's training run: --steps optimizer steps, the last log line over the second half; the metrics
     but no model written (a benchmark needs no export or weight digests)."""
     cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", str(args.train_file),
-           "--deepspeed_config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
+           "--deepspeed-config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
            "--max-steps", str(args.steps), "--log-every", str(log_every or args.steps // 2), "--no-eval",
            "--no-export", "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
     return cmd + ["--pad-to-max-length"] if fixed else cmd
@@ -65,7 +65,7 @@ def main():
     p.add_argument("--model", required=True, help="model dir, or bert-base-random")
     p.add_argument("--train-file", required=True)
     p.add_argument("--max-seq-length", type=int, default=384)
-    p.add_argument("--deepspeed_config", default=str(ROOT / "configs" / "ds_fp32.json"))
+    p.add_argument("--deepspeed-config", default="ds_fp32", help="a shipped config by name, or a JSON file")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--cache-dir", default=str(ROOT / "cache"))
     args = p.parse_args()

@@ -10,8 +10,10 @@ scores: the same sliding windows (`features.build_features`) and the same post-p
 """
 
 import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import torch
 from rich.console import Console
@@ -19,13 +21,16 @@ from rich.panel import Panel
 from rich.text import Text
 
 from bert_squad import cache, config, model, squad
-from bert_squad.config import PostprocessConfig, WindowConfig
+from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
-from bert_squad.errors import UserError
-from bert_squad.evaluate import predict
+from bert_squad.errors import UserError, first_line
+from bert_squad.evaluate import Predictions, predict
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import parse_json, read_json, read_text
+from bert_squad.files import PathLike, parse_json, read_json, read_text
 from bert_squad.postprocess import predicted_entry
+
+if TYPE_CHECKING:  # transformers loads with the model
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
 class Answer(NamedTuple):
@@ -37,7 +42,7 @@ class Answer(NamedTuple):
     score: float  # probability among the question's n-best candidates
 
 
-def require_qa_model(model_dir):
+def require_qa_model(model_dir: PathLike) -> dict[str, Any]:
     """An encoder checkpoint would load with a random span head and answer nonsense: refuse it here."""
     config = read_json(Path(model_dir) / "config.json", what="a model config")
     if not isinstance(config, dict):
@@ -52,21 +57,24 @@ def require_qa_model(model_dir):
 class Answerer:
     """A question-answering model with its tokenizer, answering as evaluation does."""
 
-    def __init__(self, module, tokenizer, device="cpu", windows=None, postprocess=None, null_answer=False):
+    def __init__(self, module: "PreTrainedModel", tokenizer: "PreTrainedTokenizerFast", device: str = "cpu",
+                 windows: Optional[WindowConfig] = None, postprocess: Optional[PostprocessConfig] = None,
+                 null_answer: bool = False) -> None:
         try:  # a device this torch was not built for, or that this machine lacks
             self.device = torch.device(device)
             torch.empty(0, device=self.device)
         except (RuntimeError, AssertionError) as err:
-            raise UserError(f"device '{device}' is not usable here ({str(err).splitlines()[0]})") from None
-        self.module = module.to(self.device).eval()
+            raise UserError(f"device '{device}' is not usable here ({first_line(err)})") from None
+        self.module = module.to(self.device).eval()  # type: ignore[arg-type]  # transformers' decorated `to`
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()
         self.postprocess = postprocess or PostprocessConfig()
         self.null_answer = null_answer  # SQuAD 2.0: "no answer" competes with the spans
 
     @classmethod
-    def from_pretrained(cls, name_or_dir, device="cpu", windows=None, postprocess=None, null_answer=None,
-                        cache_dir=None):
+    def from_pretrained(cls, name_or_dir: PathLike, device: str = "cpu", windows: Optional[WindowConfig] = None,
+                        postprocess: Optional[PostprocessConfig] = None, null_answer: Optional[bool] = None,
+                        cache_dir: Optional[str] = None) -> "Answerer":
         """`name_or_dir`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
         name already in the cache: nothing is downloaded. `null_answer` defaults to what the model was trained
         on (`bert-squad` writes `version_2_with_negative` into its config)."""
@@ -77,14 +85,17 @@ class Answerer:
         return cls(model.load_qa_model(model_dir), model.load_tokenizer(model_dir), device,
                    windows, postprocess, null_answer)
 
-    def predict(self, examples):
+    def predict(self, examples: Examples) -> Predictions:
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
         model.check_window(self.module, self.windows.max_seq_length, self.tokenizer.name_or_path)
         check_tokenizer(self.tokenizer, examples.records[0], self.windows)
         features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
-        return predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
+        result = predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
+        assert result is not None  # one process, so it is rank 0
+        return result
 
-    def answer_batch(self, pairs, top_k=1, ids=None):
+    def answer_batch(self, pairs: Iterable[tuple[str, str]], top_k: int = 1,
+                     ids: Optional[Sequence[Any]] = None) -> list[list[Answer]]:
         """The `top_k` best answers to each (question, context) pair, best first; one batched pass."""
         pairs = list(pairs)
         ids = [str(i) for i in (ids or range(len(pairs)))]
@@ -100,18 +111,24 @@ class Answerer:
         predictions, nbest, _ = self.predict(Examples(records, "input", self.null_answer))
         return [_ranked(predictions[qid], nbest[qid], top_k) for qid in ids]
 
-    def answer(self, question, context, top_k=1):
+    def answer(self, question: str, context: str, top_k: int = 1) -> list[Answer]:
         return self.answer_batch([(question, context)], top_k)[0]
 
 
-def _ranked(prediction, nbest, top_k):
+def _ranked(prediction: str, nbest: list[dict[str, Any]], top_k: int) -> list[Answer]:
     """The n-best list as Answers, the prediction first (see `postprocess.predicted_entry`)."""
     first = predicted_entry(prediction, nbest)
     ordered = ([first] if first else []) + [e for e in nbest if e is not first]
-    return [Answer(e["text"], *(e["offsets"] or (None, None)), e["probability"]) for e in ordered[:top_k]]
+    return [Answer(e["text"], *_span(e), e["probability"]) for e in ordered[:top_k]]
 
 
-def read_questions(path):
+def _span(entry: dict[str, Any]) -> tuple[Optional[int], Optional[int]]:
+    """An n-best entry's character offsets, (None, None) for no answer."""
+    start, end = entry["offsets"] or (None, None)
+    return start, end
+
+
+def read_questions(path: PathLike) -> tuple[list[str], list[tuple[str, str]]]:
     """JSON Lines of {"question", "context", "id"?}: (ids, pairs), one error line naming a bad line."""
     ids, pairs = [], []
     for n, line in enumerate(read_text(path, "a JSON Lines file").splitlines(), 1):
@@ -135,9 +152,27 @@ def read_questions(path):
     return ids, pairs
 
 
-def parse(argv):
+@dataclass(frozen=True)
+class Asked:
+    """What `bert-squad answer` is asked: the questions (one on the command line, or a file of them), the model
+    and how it answers."""
+
+    model: ModelConfig
+    windows: WindowConfig
+    postprocess: PostprocessConfig
+    question: Optional[str]  # with `context` or `context_file`
+    context: Optional[str]
+    context_file: Optional[str]
+    input: Optional[str]  # JSON Lines of questions instead of `question`
+    top_k: int
+    null_answer: Optional[bool]  # None: what the model was trained on
+    device: Optional[str]  # None: cuda when there is one, else cpu
+    as_json: bool
+
+
+def parse(argv: list[str]) -> Asked:
     p = config.ArgumentParser(prog="bert-squad answer", description="Answer questions with a trained model.")
-    p.add_argument("--model-dir", required=True, help="a trained model directory, or a hub name in the cache")
+    config.add_options(p, ModelConfig)
     p.add_argument("--question", help="one question (with --context or --context-file)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--context", help="the paragraph to answer from")
@@ -147,11 +182,9 @@ def parse(argv):
     p.add_argument("--version-2-with-negative", action="store_true", default=None,
                    help="let 'no answer' compete (default: what the model was trained on)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
-    p.add_argument("--cache-dir", default=None)
     config.add_options(p, WindowConfig)
     config.add_options(p, PostprocessConfig)
     p.add_argument("--json", action="store_true", help="JSON Lines out, one object per question")
-    p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
     if (args.input is None) == (args.question is None):
         p.error("give --question (with --context or --context-file) or --input")
@@ -163,22 +196,25 @@ def parse(argv):
         p.error("--input holds its contexts; --context/--context-file go with --question")
     if args.top_k <= 0:
         p.error(f"--top-k must be positive, not {args.top_k}")
-    return args
+    return Asked(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
+                 config.from_args(PostprocessConfig, args), args.question, args.context, args.context_file, args.input,
+                 args.top_k, args.version_2_with_negative, args.device, args.json)
 
 
-def _questions(args):
-    if args.input:
-        return read_questions(args.input)
-    context = read_text(args.context_file) if args.context_file else args.context
+def _questions(asked: Asked) -> tuple[list[str], list[tuple[str, str]]]:
+    if asked.input:
+        return read_questions(asked.input)
+    context = read_text(asked.context_file) if asked.context_file else asked.context
+    assert context is not None and asked.question is not None  # parse: --question comes with one or the other
     if not context.strip():
-        raise UserError(f"{args.context_file or '--context'}: the context is empty")
-    for where, text in (("--question", args.question), ("--context", context)):
+        raise UserError(f"{asked.context_file or '--context'}: the context is empty")
+    for where, text in (("--question", asked.question), ("--context", context)):
         if squad.lone_surrogate(text) is not None:  # a byte that is not UTF-8, as Python decodes the command line
             raise UserError(squad.surrogate_line(where, text) + " (a byte that is not UTF-8?)")
-    return ["question"], [(args.question, context)]
+    return ["question"], [(asked.question, context)]
 
 
-def highlighted(question, context, offsets):
+def highlighted(question: str, context: str, offsets: Optional[Sequence[int]]) -> Text:
     """The question, then its paragraph with the characters `offsets` (start, end) marked."""
     body = Text()
     body.append("Q: ", style="bold")
@@ -190,11 +226,12 @@ def highlighted(question, context, offsets):
     return body
 
 
-def render(ids, pairs, results):
+def render(ids: list[str], pairs: list[tuple[str, str]], results: list[list[Answer]]) -> None:
     console = Console()
     for qid, (question, context), answers in zip(ids, pairs, results):
         best = answers[0] if answers else None
-        body = highlighted(question, context, best and best.start is not None and (best.start, best.end))
+        span = [best.start, best.end] if best and best.start is not None and best.end is not None else None
+        body = highlighted(question, context, span)
         for rank, a in enumerate(answers, 1):
             body.append(f"\n\n{rank}. " if rank == 1 else f"\n{rank}. ", style="bold")
             body.append(a.text or "(no answer)", style="yellow" if rank == 1 else "")
@@ -202,15 +239,14 @@ def render(ids, pairs, results):
         console.print(Panel(body, title=qid))
 
 
-def run(args):
+def run(asked: Asked) -> int:
     """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
-    windows, postprocess = config.from_args(WindowConfig, args), config.from_args(PostprocessConfig, args)
-    ids, pairs = _questions(args)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    qa = Answerer.from_pretrained(args.model_dir, device, windows, postprocess, args.version_2_with_negative,
-                                  args.cache_dir)
-    results = qa.answer_batch(pairs, args.top_k, ids)
-    if not args.json:
+    ids, pairs = _questions(asked)
+    device = asked.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    qa = Answerer.from_pretrained(asked.model.model_dir, device, asked.windows, asked.postprocess, asked.null_answer,
+                                  asked.model.cache_dir)
+    results = qa.answer_batch(pairs, asked.top_k, ids)
+    if not asked.as_json:
         render(ids, pairs, results)
         return 0
     for qid, (question, _), found in zip(ids, pairs, results):

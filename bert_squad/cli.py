@@ -9,13 +9,14 @@ from any of them is one line on stderr and exit code 2, so a batch log shows the
 
 import importlib
 import sys
+from typing import Any, Callable, Optional
 
 from bert_squad import runtime
 from bert_squad.commands import ALIASES, COMMANDS
 from bert_squad.errors import debug_requested, exit_code
 
 
-def split_command(argv):
+def split_command(argv: list[str]) -> tuple[str, list[str], str]:
     """(command, the command's arguments, the words that named it: none for training and its aliases)."""
     for alias, name in ALIASES.items():
         if alias in argv and not (argv and argv[0] in COMMANDS):
@@ -27,17 +28,17 @@ def split_command(argv):
     return "train", argv, ""
 
 
-def load(spec):
+def load(spec: str) -> Callable[..., Any]:
     """The function a "module:function" spec names, its module imported now."""
     module, function = spec.split(":")
     return getattr(importlib.import_module(module), function)
 
 
-def run(name, args, prog):
+def run(name: str, args: list[str], prog: str) -> int:
     """Run command `name` on `args`; its exit code."""
     command = COMMANDS[name]
 
-    def parse_prepare_run():
+    def parse_prepare_run() -> Optional[int]:
         options = load(command.parse)(args)
         runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug_requested(args))
         return load(command.run)(options)
@@ -45,11 +46,11 @@ def run(name, args, prog):
     return exit_code(parse_prepare_run, prog, debug_requested(args, strict=False))
 
 
-def main(argv=None):
+def main(argv: Optional[list[str]] = None) -> int:
     name, args, words = split_command(list(sys.argv[1:] if argv is None else argv))
     return run(name, args, " ".join(["bert-squad", words]).strip())
 
 
-def bert_squad_test(argv=None):
+def bert_squad_test(argv: Optional[list[str]] = None) -> int:
     """The `bert-squad-test` console script, the same as `bert-squad test`."""
     return run("test", list(sys.argv[1:] if argv is None else argv), "bert-squad-test")

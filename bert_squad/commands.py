@@ -25,7 +25,7 @@ COMMANDS = {
     "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", deepspeed=True),
     "export": Command("bert_squad.export:parse", "bert_squad.export:run"),
     "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
-    "test": Command("bert_squad.bert_squad_test:parse", "bert_squad.bert_squad_test:run"),
+    "test": Command("bert_squad.inspect_answers:parse", "bert_squad.inspect_answers:run"),
     "score": Command("bert_squad.score:parse", "bert_squad.score:run"),
     "launch": Command("bert_squad.cluster.launch:parse", "bert_squad.cluster.launch:run"),
     "sweep": Command("bert_squad.cluster.sweep:parse", "bert_squad.cluster.sweep:submit"),
@@ -36,6 +36,6 @@ COMMANDS = {
 ALIASES = {"--download-only": "download", "--print-config": "config"}
 
 
-def listed():
+def listed() -> list[str]:
     """The command words a user types (not the default, training, nor the job array's internal `sweep run`)."""
     return [name for name in COMMANDS if name not in ("train", "sweep run")]

@@ -2,36 +2,46 @@
 
 Each dataclass is one option group; a field's `help` is its documentation and its `--flag`. Commands
 add the groups they use to their own parser (`add_options`) and build the dataclass from the parsed
-namespace (`from_args`), so every command spells and checks a shared option the same way. Functions
-take the group they need, never the namespace. `training_options` describes the training options for
-code that writes training command lines (the cluster's launch and sweep) without parsing them.
+namespace (`from_args`), so every command spells and checks a shared option the same way: the options
+several commands take (`--cache-dir`, `--lang`, a trained model's `--model-dir`) are fields here, and
+`--debug` is every parser's (`ArgumentParser`). Functions take the group they need, never the namespace.
+`training_options` describes the training options for code that writes training command lines (the
+cluster's launch and sweep) without parsing them.
 """
 
 import argparse
 import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, NoReturn, Optional, TypeVar, cast
 
 from bert_squad.cache import resolve_cache_dir
 from bert_squad import commands
-from bert_squad.errors import UserError
+from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
 
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
 
 
-def option(default, help, flag=None, sweep="grid", **kwargs):
-    """A dataclass field that is also a command-line option (`flag` defaults to --field-name).
+def option(default: Any, help: str, flag: Optional[str] = None, sweep: str = "grid", aliases: tuple[str, ...] = (),
+           **kwargs: Any) -> Any:
+    """A dataclass field that is also a command-line option (`flag` defaults to --field-name; `aliases` are
+    other spellings it still takes, shown after it in the help).
 
     `sweep` says what a sweep may do with it: "grid" vary it, "common" keep it the same for every run (the
     model, data and cache, so the runs share one feature cache), "per-run" leave it to the sweep (seed,
     output dir, resume)."""
-    return field(default=default, metadata=dict(help=help, flag=flag, sweep=sweep, **kwargs))
+    return field(default=default, metadata=dict(help=help, flag=flag, sweep=sweep, aliases=aliases, **kwargs))
 
 
-def _within(obj, names, what, low=-math.inf, high=math.inf):
+def cache_dir_option() -> Any:
+    """`--cache-dir`, as every command that reads the cache takes it."""
+    return option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)", sweep="common")
+
+
+def _within(obj: object, names: Collection[str], what: str, low: float = -math.inf, high: float = math.inf) -> None:
     """Each option (if given) a finite number from `low` to `high`: NaN, infinities and values out of range
     are one line, instead of a traceback deep in the run."""
     for name in names:
@@ -40,7 +50,7 @@ def _within(obj, names, what, low=-math.inf, high=math.inf):
             raise UserError(f"--{name.replace('_', '-')} {value}: must be {what}")
 
 
-def _positive(obj, *names):
+def _positive(obj: object, *names: str) -> None:
     for name in names:
         if getattr(obj, name) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, not {getattr(obj, name)}")
@@ -55,8 +65,7 @@ class DataConfig:
     train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset", sweep="common")
     eval_file: Optional[str] = option(None, "local SQuAD JSON to evaluate on (default: the dataset's validation "
                                             "split)", sweep="common")
-    cache_dir: Optional[str] = option(None, "model/dataset/feature cache (default $BERT_SQUAD_CACHE or ./cache)",
-                                      sweep="common")
+    cache_dir: str = cache_dir_option()  # None (the default) is resolved here
     output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go",
                              sweep="per-run")
     strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
@@ -65,7 +74,7 @@ class DataConfig:
     no_export: bool = option(False, "write the metrics but no model: no export and no weight digests "
                                     "(benchmarks)")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.dataset not in HUB_DATASETS:
             raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
                             f"or give --train-file/--eval-file")
@@ -78,28 +87,22 @@ class WindowConfig:
     """windows: how a question and a long context become model inputs"""
 
     max_seq_length: int = option(384, "tokens per window (question + context + special tokens)")
-    doc_stride: Optional[int] = option(None, "tokens shared by consecutive windows of a long context "
-                                             "(default: 128, or less where --max-seq-length leaves less room)")
+    doc_stride: int = option(None, "tokens shared by consecutive windows of a long context "  # None: resolved here
+                                   "(default: 128, or less where --max-seq-length leaves less room)")
     max_query_length: int = option(64, "questions are cut to this many tokens")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _positive(self, "max_seq_length", "max_query_length")
         room = self.max_seq_length - self.max_query_length - 3  # [CLS] question [SEP] context [SEP]
         if room < 2:
             raise UserError(f"--max-seq-length {self.max_seq_length} leaves no room for context after "
                             f"--max-query-length {self.max_query_length} and 3 special tokens")
-        if self.doc_stride is None:
-            object.__setattr__(self, "doc_stride", min(128, room // 2))
+        stride = min(128, room // 2) if self.doc_stride is None else self.doc_stride
+        object.__setattr__(self, "doc_stride", stride)
         _positive(self, "doc_stride")
-        if self.doc_stride >= room:
-            raise UserError(f"--doc-stride {self.doc_stride} must leave room for context: it has to be smaller "
+        if stride >= room:
+            raise UserError(f"--doc-stride {stride} must leave room for context: it has to be smaller "
                             f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})")
-
-
-# --lang: how answers are compared with the references (metrics.normalize_answer).
-LANG_OPTION = dict(default=None, choices=LANGUAGES, metavar="LANG",
-                   help=f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: Unicode "
-                        f"punctuation, the language's articles, zh per character) instead of SQuAD's English one")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class PreprocessConfig:
                                                         "rank may use); the cached features are the same for any",
                                                   sweep="common")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.preprocessing_workers is not None:
             _positive(self, "preprocessing_workers")
 
@@ -122,9 +125,12 @@ class PostprocessConfig:
     max_answer_length: int = option(30, "longest answer span, in tokens")
     null_score_diff_threshold: float = option(0.0, "SQuAD v2.0: predict no answer when the null score beats "
                                                    "the best span by more than this")
-    lang: Optional[str] = option(None, LANG_OPTION["help"], choices=LANGUAGES, metavar="LANG", sweep="common")
+    # how answers are compared with the references (metrics.normalize_answer)
+    lang: Optional[str] = option(None, f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: "
+                                       f"Unicode punctuation, the language's articles, zh per character) instead of "
+                                       f"SQuAD's English one", choices=LANGUAGES, metavar="LANG", sweep="common")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _positive(self, "max_answer_length")
         _within(self, ["null_score_diff_threshold"], "a finite number")
 
@@ -134,7 +140,8 @@ class TrainConfig:
     """training"""
 
     deepspeed_config: str = option("ds_fp32", "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, "
-                                              "ds_zero2, ds_zero3) or a JSON file", flag="--deepspeed_config")
+                                              "ds_zero2, ds_zero3) or a JSON file", metavar="NAME_OR_FILE",
+                                     aliases=("--deepspeed_config",))  # DeepSpeed's own scripts spell it so
     epochs: float = option(2.0, "passes over the training features")
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
@@ -148,11 +155,11 @@ class TrainConfig:
     log_every: int = option(20, "log a line every N optimizer steps")
 
     @property
-    def keeps_best(self):
+    def keeps_best(self) -> bool:
         """Whether the run tracks the best evaluation: --keep-best, or --early-stopping that keeps it."""
         return self.keep_best or self.early_stopping > 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _positive(self, "log_every")
         _within(self, ["epochs", "max_steps", "eval_every", "early_stopping"], "a finite number, 0 or more", low=0)
         if self.keeps_best and not self.eval_every:
@@ -175,7 +182,7 @@ class FaultConfig:
                                    sweep="per-run")
     dist_timeout: int = option(600, "seconds a collective may wait for a lost rank")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _positive(self, "keep_checkpoints", "dist_timeout")
         _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
 
@@ -188,7 +195,7 @@ class SpeedConfig:
     compile: bool = option(False, "torch.compile the model")
     peak_tflops: Optional[float] = option(None, "device peak for MFU when not in the built-in table")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _within(self, ["peak_tflops"], "a positive number of TFLOP/s", low=1e-6)
 
 
@@ -210,11 +217,26 @@ TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "preprocess": Pr
                    "train": TrainConfig, "faults": FaultConfig, "speed": SpeedConfig}
 
 
+@dataclass(frozen=True)
+class ModelConfig:
+    """model: a trained question-answering model, for the commands that load one"""
+
+    model_dir: str = option(None, "a trained model: its directory (a bert-squad --output-dir) or a hub name in the "
+                                  "cache", aliases=("--model-file",), required=True)
+    cache_dir: Optional[str] = cache_dir_option()
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose complaints are UserErrors: one error line and exit code 2, like every other bad input,
-    and a caller can say whose arguments they were (a job's training arguments, say)."""
+    and a caller can say whose arguments they were (a job's training arguments, say). Every command's parser
+    is one, so each takes --debug (read by `errors.debug_requested` before parsing)."""
 
-    def error(self, message):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument(DEBUG_FLAG, action="store_true", help="tracebacks on errors, and DeepSpeed's info logging "
+                                                                "(also BERT_SQUAD_DEBUG=1)")
+
+    def error(self, message: str) -> NoReturn:
         raise UserError(message)
 
 
@@ -228,40 +250,46 @@ class Option:
     sweep: str  # see `option`
 
 
-def _option(f):
+def _option(f: dataclasses.Field) -> Option:
     meta = f.metadata
-    kind = getattr(f.type, "__args__", (f.type,))[0]  # Optional[int] -> int
+    kind = cast(type, getattr(f.type, "__args__", (f.type,))[0])  # Optional[int] -> int
     return Option(f.name, meta["flag"] or "--" + f.name.replace("_", "-"), kind, meta["sweep"])
 
 
-def training_options():
+def training_options() -> dict[str, Option]:
     """The training options by flag."""
     return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
 
 
-def add_options(parser, cls, several=(), without=()):
+def add_options(parser: argparse.ArgumentParser, cls: type, several: Collection[str] = (),
+                without: Collection[str] = (), only: Optional[Collection[str]] = None) -> None:
     """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
-    (a command that builds one `cls` for each of several inputs), those in `without` are not offered (a
-    command they mean nothing to: they keep their defaults)."""
-    group = parser.add_argument_group(cls.__doc__.strip().split(":")[0])
-    parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(cls) if f.name in without})
-    for f in (f for f in dataclasses.fields(cls) if f.name not in without):
+    (a command that builds one `cls` for each of several inputs), those in `without` (or not in `only`) are
+    not offered (a command they mean nothing to: they keep their defaults)."""
+    fields = dataclasses.fields(cls)
+    left_out = set(without) | ({f.name for f in fields} - set(only) if only is not None else set())
+    group = parser.add_argument_group((cls.__doc__ or "").strip().split(":")[0])
+    parser.set_defaults(**{f.name: f.default for f in fields if f.name in left_out})
+    for f in (f for f in fields if f.name not in left_out):
         opt = _option(f)
-        meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep")}
+        meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep", "aliases")}
+        flags = (opt.flag, *f.metadata["aliases"])
         if opt.type is bool:
-            group.add_argument(opt.flag, dest=f.name, action="store_true", **meta)
+            group.add_argument(*flags, dest=f.name, action="store_true", **meta)
         else:
-            group.add_argument(opt.flag, dest=f.name, type=opt.type, default=f.default,
+            group.add_argument(*flags, dest=f.name, type=opt.type, default=f.default,
                                nargs="+" if f.name in several else None, **meta)
-    return group
 
 
-def from_args(cls, args):
+Group = TypeVar("Group")
+
+
+def from_args(cls: type[Group], args: argparse.Namespace) -> Group:
     """`cls` built from the parsed namespace: its `__post_init__` checks run here, once."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
-def training_parser():
+def training_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="bert-squad",
         description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
@@ -269,13 +297,12 @@ def training_parser():
                     "and `--print-config` runs `config` with the same arguments.")
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
-    p.add_argument("--debug", action="store_true", help="tracebacks and DeepSpeed's info logging")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's
     return p
 
 
-def parse_run_config(argv):
+def parse_run_config(argv: list[str]) -> RunConfig:
     """The training command line as a RunConfig; bad values are one-line UserErrors."""
     args = training_parser().parse_args(argv)
-    groups = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
+    groups: dict[str, Any] = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
     return RunConfig(**groups)

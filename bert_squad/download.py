@@ -10,14 +10,15 @@ import shutil
 from pathlib import Path
 
 from bert_squad import cache, config
-from bert_squad.errors import UserError
+from bert_squad.config import RunConfig
+from bert_squad.errors import UserError, first_line
 from bert_squad.files import writable_directory
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
 
 
-def download_model(name, cache_dir):
+def download_model(name: str, cache_dir: str) -> Path:
     """Model and tokenizer files into the hub cache under `cache_dir`; their snapshot directory."""
     from huggingface_hub import snapshot_download  # heavy: check-cache, in the same module, needs none of it
 
@@ -28,7 +29,7 @@ def download_model(name, cache_dir):
     return path
 
 
-def download_dataset(name, cache_dir):
+def download_dataset(name: str, cache_dir: str) -> Path:
     """A hub dataset saved where `cache.find_dataset` looks, replaced whole or not at all."""
     import datasets  # heavy: only the login-node step needs it here
 
@@ -42,7 +43,7 @@ def download_dataset(name, cache_dir):
     return target
 
 
-def download(cfg):
+def download(cfg: RunConfig) -> int:
     """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; one clear line
     when the hub cannot be reached."""
     import huggingface_hub  # heavy: check-cache, in the same module, needs none of it
@@ -57,8 +58,7 @@ def download(cfg):
         raise UserError(f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
                         f"visible without a token): check its name") from None
     except Exception as err:  # any other failure here means: no usable hub from this machine
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({reason}); "
+        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
                         f"--download-only needs internet (a login node), compute nodes then run offline") from None
     print(f"model -> {download_model(data.model, data.cache_dir)}")
     if not data.train_file:
@@ -66,13 +66,13 @@ def download(cfg):
     return 0
 
 
-def parse_check(argv):
+def parse_check(argv: list[str]) -> RunConfig:
     if "--download-only" in argv:
         raise UserError("--download-only needs internet: run it on a login node, not in a job")
     return config.parse_run_config(argv)
 
 
-def check_cache(cfg):
+def check_cache(cfg: RunConfig) -> int:
     """Are the run's model and dataset in the cache, and can its output dir be written? The job script asks
     once, inside the image, before it starts a container per rank."""
     print(f"model: {cache.find_model(cfg.data.model, cfg.data.cache_dir)}")

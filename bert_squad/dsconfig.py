@@ -20,14 +20,14 @@ import copy
 import json
 import logging
 import math
-from collections.abc import KeysView
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from bert_squad.errors import UserError
-from bert_squad.files import read_json
+from bert_squad.errors import UserError, first_line
+from bert_squad.files import PathLike, read_json
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there in installed copies too
 
@@ -41,55 +41,58 @@ SECTIONS = ("fp16", "bf16", "zero_optimization", "optimizer", "scheduler")
 class _Recording(dict):
     """A config dict that notes every top-level key looked up in it."""
 
-    def __init__(self, items, seen):
+    def __init__(self, items: Mapping[str, Any], seen: set[str]) -> None:
         super().__init__(items)
         self.seen = seen
 
-    def __copy__(self):
+    def __copy__(self) -> "_Recording":
         return _Recording(self, self.seen)
 
-    def __contains__(self, key):
-        self.seen.add(key)
+    def __contains__(self, key: object) -> bool:
+        self.seen.add(str(key))
         return super().__contains__(key)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         self.seen.add(key)
         return super().__getitem__(key)
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         self.seen.add(key)
         return super().get(key, default)
 
-    def keys(self):
+    def keys(self) -> "_RecordingKeys":  # type: ignore[override]
         return _RecordingKeys(self)
 
 
 class _RecordingKeys(KeysView):
-    def __contains__(self, key):
+    _mapping: _Recording
+
+    def __contains__(self, key: object) -> bool:
         return key in self._mapping
 
 
 @functools.lru_cache(maxsize=None)
-def deepspeed_keys():
+def deepspeed_keys() -> frozenset[str]:
     """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
     DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
     misspelt one would silently change nothing.)"""
     from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
 
-    seen = set()
+    seen: set[str] = set()
     DeepSpeedConfig(_Recording({"train_micro_batch_size_per_gpu": 1}, seen))
     return frozenset(seen)
 
 
-def shipped_names():
+def shipped_names() -> list[str]:
     return sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))
 
 
-def locate(name_or_path):
-    """A config file: an existing path, else a shipped config by name (`ds_bf16` or `ds_bf16.json`)."""
+def locate(name_or_path: PathLike, base: PathLike = ".") -> Path:
+    """The rule that names a config: an existing file (a relative path from `base`, the directory the run starts
+    in), else a shipped config by name (`ds_bf16` or `ds_bf16.json`)."""
     path = Path(name_or_path)
-    if path.is_file():
-        return path
+    if (Path(base) / path).is_file():
+        return Path(base) / path
     shipped = SHIPPED_DIR / (path.name if path.suffix == ".json" else path.name + ".json")
     if path.parent == Path(".") and shipped.is_file():
         return shipped
@@ -97,9 +100,13 @@ def locate(name_or_path):
                     f"{', '.join(shipped_names())})")
 
 
-def load(name_or_path):
+def load(name_or_path: PathLike) -> dict[str, Any]:
+    """The named config's top-level object (`locate`, then `read`)."""
+    return read(locate(name_or_path))
+
+
+def read(path: Path) -> dict[str, Any]:
     """The config file's top-level object; keys DeepSpeed does not read are refused, with a suggestion."""
-    path = locate(name_or_path)
     cfg = read_json(path, what="a DeepSpeed config")
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: a DeepSpeed config is a JSON object")
@@ -120,11 +127,11 @@ class Batch:
     world_size: int
 
     @property
-    def size(self):
+    def size(self) -> int:
         """The batch rule, written here only: global batch = micro x accumulation x world size."""
         return self.micro * self.accumulation * self.world_size
 
-    def keeping(self, size):
+    def keeping(self, size: int) -> Optional["Batch"]:
         """This world's batch with a global batch of `size`: the accumulation changes first (the micro batch
         is what fits on a device), and the micro batch shrinks where `size` leaves each rank less than one;
         None where `size` cannot be split evenly over the ranks."""
@@ -139,12 +146,14 @@ class Batch:
 class _Sections:
     """What a config's sections say, for the dataclasses below, which hold the config as `values`."""
 
+    values: Mapping[str, Any]
+
     @property
-    def precision(self):
+    def precision(self) -> str:
         return precision(self.values)
 
     @property
-    def zero_stage(self):
+    def zero_stage(self) -> int:
         return zero_stage(self.values)
 
 
@@ -157,14 +166,14 @@ class DeepSpeedConfig(_Sections):
     values: MappingProxyType  # the whole config, read-only
 
     @property
-    def weight_decay(self):
+    def weight_decay(self) -> float:
         return self.values.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         """A deep copy: for DeepSpeed, which may write into the dict it is given, and for the run's records."""
         return copy.deepcopy(dict(self.values))
 
-    def text(self):
+    def text(self) -> str:
         return json.dumps(self.values, indent=2, default=dict)
 
 
@@ -179,11 +188,11 @@ class Settings(_Sections):
     monitor_dir: Path  # where file monitors without an output_path write
     load_universal: bool = False  # the run resumes from DeepSpeed's universal checkpoint (resume.py decides)
 
-    def resuming(self, batch, load_universal):
+    def resuming(self, batch: Batch, load_universal: bool) -> "Settings":
         """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
         return replace(self, batch=batch, load_universal=load_universal)
 
-    def finish(self, total_steps, warmup_ratio):
+    def finish(self, total_steps: int, warmup_ratio: float) -> DeepSpeedConfig:
         """The finished config of a run of `total_steps` optimizer steps."""
         cfg = copy.deepcopy(dict(self.values))
         cfg.update(train_micro_batch_size_per_gpu=self.batch.micro, train_batch_size=self.batch.size,
@@ -200,14 +209,14 @@ class Settings(_Sections):
         return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg))
 
 
-def _positive_int(cfg, key, path, default=None):
+def _positive_int(cfg: Mapping[str, Any], key: str, path: PathLike, default: Optional[int] = None) -> int:
     value = cfg.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise UserError(f"{path}: '{key}' must be a positive integer, not {value!r}")
     return value
 
 
-def _batch(cfg, path, world_size):
+def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
     """The batch from whichever of the three batch keys the config gives."""
     gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
     if "train_micro_batch_size_per_gpu" in cfg:
@@ -225,7 +234,7 @@ def _batch(cfg, path, world_size):
     return Batch(total // per_sample.size, gas, world_size)
 
 
-def _check_values(cfg, path, has_gpu):
+def _check_values(cfg: Mapping[str, Any], path: PathLike, has_gpu: bool) -> None:
     """Precision against this machine, the ZeRO stage and the learning rate."""
     if cfg.get("fp16", {}).get("enabled") and not has_gpu:
         raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use "
@@ -240,14 +249,14 @@ def _check_values(cfg, path, has_gpu):
         raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {lr!r}")
 
 
-def _check_monitors(cfg, path):
+def _check_monitors(cfg: Mapping[str, Any], path: PathLike) -> None:
     """A monitor needs its package, which DeepSpeed would only miss at the first step."""
     for section, package in MONITOR_PACKAGES.items():
         if cfg.get(section, {}).get("enabled") and importlib.util.find_spec(package) is None:
             raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
 
 
-def _check_with_deepspeed(cfg, path):
+def _check_with_deepspeed(cfg: Mapping[str, Any], path: PathLike) -> None:
     """DeepSpeed's own config model, one section at a time (so an error is named by the section it is in),
     then on the whole: unknown keys and bad values inside a section."""
     from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError  # heavy: not for launch and sweep
@@ -265,15 +274,14 @@ def _check_with_deepspeed(cfg, path):
             what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
             raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
         except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {reason}") from None
+            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {first_line(err)}") from None
 
 
 # What DeepSpeed's engine pops from an Adam optimizer's params before it builds the optimizer (engine.py).
 ADAM_ENGINE_KEYS = ("torch_adam", "adam_w_mode", "fp32_optimizer_states")
 
 
-def _check_optimizer(cfg, path):
+def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
     """The optimizer DeepSpeed's engine will build, built here on one parameter: its type must be one the
     engine knows and its params what that optimizer takes (the engine would fail on every rank, late)."""
     import torch  # heavy: not for launch and sweep
@@ -283,6 +291,7 @@ def _check_optimizer(cfg, path):
     if not section:
         return
     name, params = section.get("type"), dict(section.get("params", {}))
+    cls: type
     known = isinstance(name, str) and (name.lower() in DEEPSPEED_OPTIMIZERS or _torch_class(torch.optim, name))
     if not known:
         raise UserError(f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
@@ -298,14 +307,14 @@ def _check_optimizer(cfg, path):
     elif name.lower() in DEEPSPEED_OPTIMIZERS:
         return  # DeepSpeed's own kernels (LAMB, Lion, Muon, mup): built only with the engine
     else:
-        cls = _torch_class(torch.optim, name)
+        cls = getattr(torch.optim, name)  # a torch.optim class: `known` says so
     try:
         cls([torch.nn.Parameter(torch.zeros(1))], **params)
     except (TypeError, ValueError, IndexError, KeyError) as err:
-        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {_reason(err)}") from None
+        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {first_line(err)}") from None
 
 
-def _check_scheduler(cfg, path, learning_rate):
+def _check_scheduler(cfg: Mapping[str, Any], path: PathLike, learning_rate: Optional[float]) -> None:
     """The scheduler DeepSpeed's engine will build, built here on a one-parameter optimizer, with its "auto"
     values given stand-ins (the run fills them from its length)."""
     import torch  # heavy: not for launch and sweep
@@ -323,26 +332,24 @@ def _check_scheduler(cfg, path, learning_rate):
     stand_ins = {"total_num_steps": 10, "warmup_num_steps": 1, "warmup_max_lr": learning_rate or 1e-3}
     params = {k: stand_ins.get(k, 1) if v == "auto" else v for k, v in section.get("params", {}).items()}
     quiet = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
-    level, _ = quiet.level, quiet.setLevel(logging.ERROR)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         cls(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=learning_rate or 1e-3), **params)
     except (TypeError, ValueError, IndexError, KeyError, AssertionError) as err:
-        raise UserError(f"{path}: scheduler.params are not what {name} takes: {_reason(err)}") from None
+        raise UserError(f"{path}: scheduler.params are not what {name} takes: {first_line(err)}") from None
     finally:
         quiet.setLevel(level)
 
 
-def _torch_class(module, name):
+def _torch_class(module: ModuleType, name: str) -> Optional[type]:
     """The class `name` in one of torch's modules, or None: DeepSpeed falls back to those by name."""
     found = getattr(module, name, None)
     return found if isinstance(found, type) else None
 
 
-def _reason(err):
-    return (str(err).splitlines() or [type(err).__name__])[0] or type(err).__name__
-
-
-def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="."):
+def settings(raw: Mapping[str, Any], path: PathLike, *, world_size: int, has_gpu: bool,
+             learning_rate: Optional[float] = None, output_dir: PathLike = ".") -> Settings:
     """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
@@ -363,7 +370,7 @@ def settings(raw, path, *, world_size, has_gpu, learning_rate=None, output_dir="
     return Settings(Path(path), MappingProxyType(cfg), batch, lr, Path(output_dir) / "monitor")
 
 
-def precision(cfg):
+def precision(cfg: Mapping[str, Any]) -> str:
     if cfg.get("fp16", {}).get("enabled"):
         return "fp16"
     if cfg.get("bf16", {}).get("enabled"):
@@ -371,5 +378,5 @@ def precision(cfg):
     return "fp32"
 
 
-def zero_stage(cfg):
+def zero_stage(cfg: Mapping[str, Any]) -> int:
     return cfg.get("zero_optimization", {}).get("stage", 0)

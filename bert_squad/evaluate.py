@@ -9,24 +9,44 @@ forward gathers the parameters from all ranks, so a rank that stopped early woul
 
 import argparse
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
+import numpy as np
 import torch
 
 from bert_squad import cache, config, distributed, model, outputs
 from bert_squad.batching import Collator
-from bert_squad.data import read_squad
+from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
+from bert_squad.data import Examples, read_squad
+from bert_squad.distributed import DistEnv
 from bert_squad.errors import UserError
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import writable_directory, write_json_atomic
+from bert_squad.files import PathLike, writable_directory, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import postprocess_predictions
 from bert_squad.squad import to_articles
 
+if TYPE_CHECKING:  # the libraries load with the model and the features
+    import datasets
+    from transformers import PreTrainedModel
+
 EVAL_BATCH = 64
 
 
-def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_BATCH):
+class Predictions(NamedTuple):
+    """A model's answers to a set of questions: what evaluation scores and `bert-squad predict` writes."""
+
+    predictions: dict[str, str]  # question id -> answer text ("" for no answer)
+    nbest: dict[str, list[dict[str, Any]]]  # question id -> its n-best candidates, best first
+    null_odds: Optional[dict[str, float]]  # SQuAD 2.0: question id -> null score minus the best span's; else None
+
+
+def predict_logits(module: "PreTrainedModel", features: "datasets.Dataset", device: torch.device, pad_id: int,
+                   dist: Optional[DistEnv] = None,
+                   batch_size: int = EVAL_BATCH) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = [len(ids) for ids in features["input_ids"]]
@@ -58,20 +78,21 @@ def predict_logits(module, features, device, pad_id, dist=None, batch_size=EVAL_
     return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
 
 
-def predict(module, examples, features, device, pad_id, postprocess, dist=None):
-    """`(predictions, nbest, null_odds)` for `examples` on rank 0 (None elsewhere); `postprocess` is a
-    `config.PostprocessConfig`. The one path from a model to answers: evaluation and answering share it."""
+def predict(module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset", device: torch.device,
+            pad_id: int, postprocess: PostprocessConfig, dist: Optional[DistEnv] = None) -> Optional[Predictions]:
+    """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
+    and answering share it."""
     logits = predict_logits(module, features, device, pad_id, dist)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
-    return postprocess_predictions(
+    return Predictions(*postprocess_predictions(
         examples.records, meta, *logits, version_2_with_negative=examples.version_2,
         max_answer_length=postprocess.max_answer_length,
-        null_score_diff_threshold=postprocess.null_score_diff_threshold)
+        null_score_diff_threshold=postprocess.null_score_diff_threshold))
 
 
-def write_predictions(output_dir, result):
+def write_predictions(output_dir: PathLike, result: Predictions) -> None:
     """The prediction files of `predict`'s result: what evaluation and `bert-squad predict` both write."""
     predictions, nbest, null_odds = result
     out = Path(output_dir)
@@ -81,7 +102,9 @@ def write_predictions(output_dir, result):
         write_json_atomic(out / outputs.NULL_ODDS, null_odds)
 
 
-def evaluate(module, examples, features, device, pad_id, postprocess, dist, output_dir=None):
+def evaluate(module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset", device: torch.device,
+             pad_id: int, postprocess: PostprocessConfig, dist: DistEnv,
+             output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
     """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
     result = predict(module, examples, features, device, pad_id, postprocess, dist)
     if result is None:
@@ -96,57 +119,84 @@ def evaluate(module, examples, features, device, pad_id, postprocess, dist, outp
     return metrics
 
 
-def parser(prog, description, inputs):
+@dataclass(frozen=True)
+class Inference:
+    """What `evaluate` and `predict` share: the model, how its inputs are cut into windows and built, and where
+    its files go."""
+
+    model: ModelConfig
+    windows: WindowConfig
+    preprocess: PreprocessConfig
+    output_dir: str
+
+
+class Evaluation(NamedTuple):
+    """`bert-squad evaluate`'s command line."""
+
+    inference: Inference
+    eval_files: list[str]
+    postprocess: list[PostprocessConfig]  # one for each eval file (each its --lang)
+
+
+def parser(prog: str, description: Optional[str],
+           inputs: Callable[[argparse.ArgumentParser], Any]) -> config.ArgumentParser:
     """The options `evaluate` and `predict` share; `inputs` adds the command's own input option."""
     p = config.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--model-dir", required=True)
+    config.add_options(p, ModelConfig)
     inputs(p)
-    p.add_argument("--output-dir", required=True)
-    p.add_argument("--cache-dir", default=None)
-    config.add_options(p, config.WindowConfig)
-    config.add_options(p, config.PreprocessConfig)
+    p.add_argument("--output-dir", required=True, help="where the predictions (and their metrics) go")
+    config.add_options(p, WindowConfig)
+    config.add_options(p, PreprocessConfig)
     return p
 
 
-def parse(argv):
+def inference_from_args(args: argparse.Namespace) -> Inference:
+    """The shared options of `parser`'s namespace, as their groups (their checks run here)."""
+    return Inference(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
+                     config.from_args(PreprocessConfig, args), args.output_dir)
+
+
+def parse(argv: list[str]) -> Evaluation:
     p = parser("bert-squad evaluate", run.__doc__,
                lambda p: p.add_argument("--eval-file", required=True, nargs="+",
                                         help="SQuAD JSON; several: a row for each and their mean"))
-    config.add_options(p, config.PostprocessConfig, several=("lang",))
-    p.add_argument("--debug", action="store_true")
+    config.add_options(p, PostprocessConfig, several=("lang",))
     args = p.parse_args(argv)
     langs = args.lang or [None]
     if len(langs) not in (1, len(args.eval_file)):
         raise UserError(f"--lang: give one language, or one for each of the {len(args.eval_file)} --eval-file")
-    each = [config.from_args(config.PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
+    each = [config.from_args(PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
             for lang in langs * (len(args.eval_file) // len(langs))]
-    return args, config.from_args(config.WindowConfig, args), each
+    return Evaluation(inference_from_args(args), args.eval_file, each)
 
 
-def on_every_rank(args, windows, files, task):
-    """Load --model-dir, then on every rank the launcher started build the features of each file's examples
-    and run `task(i, module, examples, features, device, pad_id, dist)`: the results, in file order."""
-    preprocess = config.from_args(config.PreprocessConfig, args)
-    cache_dir = cache.resolve_cache_dir(args.cache_dir)
-    model_dir = cache.find_model(args.model_dir, cache_dir)
+# What runs on every rank for each file: (file index, model, examples, features, device, pad id, dist) -> result.
+Task = Callable[[int, "PreTrainedModel", Examples, "datasets.Dataset", torch.device, int, DistEnv], Any]
+
+
+def on_every_rank(job: Inference, files: Sequence[Examples], task: Task) -> list[Any]:
+    """Load the model, then on every rank the launcher started build the features of each file's examples
+    and run `task`: the results, in file order."""
+    cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
+    model_dir = cache.find_model(job.model.model_dir, cache_dir)
     tokenizer = model.load_tokenizer(model_dir)
     for examples in files:
-        check_tokenizer(tokenizer, examples.records[0], windows)
+        check_tokenizer(tokenizer, examples.records[0], job.windows)
     module = model.load_qa_model(model_dir)
-    model.check_window(module, windows.max_seq_length, model_dir)
-    writable_directory(args.output_dir, "--output-dir ")
+    model.check_window(module, job.windows.max_seq_length, model_dir)
+    writable_directory(job.output_dir, "--output-dir ")
     dist = distributed.detect()
     results = []
     with distributed.process_group(dist) as device:
         module.to(device)
         for i, examples in enumerate(files):
-            features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist,
-                                      workers=preprocess.preprocessing_workers)
+            features = build_features(examples, tokenizer, job.windows, cache_dir, train=False, dist=dist,
+                                      workers=job.preprocess.preprocessing_workers)
             results.append(task(i, module, examples, features, device, tokenizer.pad_token_id, dist))
     return results
 
 
-def output_dirs(output_dir, paths):
+def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
     """Where each eval file's predictions go: --output-dir itself for one file, a folder named after each
     file (its name without .json) for several."""
     if len(paths) == 1:
@@ -158,38 +208,39 @@ def output_dirs(output_dir, paths):
     return [Path(output_dir) / name for name in names]
 
 
-def run(parsed):
+def run(asked: Evaluation) -> int:
     """`bert-squad evaluate`: score a saved model on one or more eval files, on all ranks the launcher started."""
-    args, windows, postprocess = parsed
-    outs = output_dirs(args.output_dir, args.eval_file)
-    files = [read_squad(path) for path in args.eval_file]
+    job, eval_files, postprocess = asked
+    outs = output_dirs(job.output_dir, eval_files)
+    files = [read_squad(path) for path in eval_files]
 
-    def task(i, module, examples, features, device, pad_id, dist):
+    def task(i: int, module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset",
+             device: torch.device, pad_id: int, dist: DistEnv) -> Optional[dict[str, Any]]:
         if dist.is_main:
             outs[i].mkdir(parents=True, exist_ok=True)
         return evaluate(module, examples, features, device, pad_id, postprocess[i], dist, output_dir=outs[i])
 
-    results = on_every_rank(args, windows, files, task)
+    results = on_every_rank(job, files, task)
     if results[0] is None:  # not rank 0
         return 0
     if len(files) > 1:
-        print(table(args.eval_file, [p.lang for p in postprocess], results))
-    print(json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(args.eval_file, results)),
+        print(table(eval_files, [p.lang for p in postprocess], results))
+    print(json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(eval_files, results)),
                                                           "mean": mean(results)}))
     return 0
 
 
-def _exact(result):
+def _exact(result: dict[str, Any]) -> float:
     """Exact match, as v1.1 (exact_match) or v2.0 (exact) names it."""
     return result["exact_match"] if "exact_match" in result else result["exact"]
 
 
-def mean(results):
+def mean(results: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The mean exact match and F1 over several eval files' metrics."""
     return {"exact_match": sum(map(_exact, results)) / len(results), "f1": sum(r["f1"] for r in results) / len(results)}
 
 
-def table(paths, langs, results):
+def table(paths: Sequence[PathLike], langs: Sequence[Optional[str]], results: Sequence[dict[str, Any]]) -> str:
     """A row per eval file, then their mean: the cross-lingual table."""
     rows = [(str(p), lang or "squad", r) for p, lang, r in zip(paths, langs, results)] + [("mean", "", mean(results))]
     width = max(len(p) for p, _, _ in rows)

@@ -14,6 +14,7 @@ DeepSpeed's zero_to_fp32 gathers, rounded here to the training precision as the 
 import contextlib
 import io
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -24,35 +25,43 @@ from bert_squad.files import writable_directory
 WHOLE_MODEL = "mp_rank_00_model_states.pt"  # DeepSpeed's file of the whole model, ZeRO stages 0-2
 
 
-def parse(argv):
+class Export(NamedTuple):
+    """`bert-squad export`'s command line."""
+
+    checkpoint: str  # a checkpoint, or a run's checkpoints directory for its latest
+    output_dir: str
+
+
+def parse(argv: list[str]) -> Export:
     p = config.ArgumentParser(prog="bert-squad export", description=run.__doc__)
     p.add_argument("--checkpoint", required=True,
                    help="a checkpoint (<output-dir>/checkpoints/step<N>), or <output-dir>/checkpoints for its latest")
     p.add_argument("--output-dir", required=True, help="where the model and tokenizer go")
-    p.add_argument("--debug", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    return Export(args.checkpoint, args.output_dir)
 
 
-def run(args):
+def run(asked: Export) -> int:
     """`bert-squad export`: write the Hugging Face model of a checkpoint."""
-    found = checkpoint.intact_at(args.checkpoint)
+    found = checkpoint.intact_at(asked.checkpoint)
     hf = found.path / checkpoint.HF_DIR
     if not (hf / "config.json").is_file():
         raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
                         f"older bert-squad; resume it with --resume and let the run finish to export it")
     tokenizer = model.load_tokenizer(hf)
-    module = model.empty_qa_model(hf).to(training_dtype(found.layout))  # as the run's model was: its config says so
+    # as the run's model was: its config says so (transformers' decorated `to` confuses type checkers)
+    module = model.empty_qa_model(hf).to(training_dtype(found.layout))  # type: ignore[arg-type]
     state = weights(found)
     missing = sorted(set(module.state_dict()) - set(state))
     if missing:
         raise UserError(f"{found.path}: its weights lack {missing[0]} of the model its config describes")
-    writable_directory(args.output_dir, "--output-dir ")
-    model.export(module, state, tokenizer, Path(args.output_dir))
-    print(f"exported {found.path} to {args.output_dir}")
+    writable_directory(asked.output_dir, "--output-dir ")
+    model.export(module, state, tokenizer, Path(asked.output_dir))
+    print(f"exported {found.path} to {asked.output_dir}")
     return 0
 
 
-def weights(found):
+def weights(found: checkpoint.Resumable) -> dict[str, torch.Tensor]:
     """The model's weights at the checkpoint, as the run held them, on the CPU."""
     path = found.path
     if (path / WHOLE_MODEL).is_file():
@@ -64,5 +73,5 @@ def weights(found):
     return {name: tensor.to(training_dtype(found.layout)) for name, tensor in state.items()}
 
 
-def training_dtype(layout):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision, torch.float32)
+def training_dtype(layout: checkpoint.Layout) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision or "fp32", torch.float32)

@@ -5,11 +5,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any, Union
 
 from bert_squad.errors import UserError
 
+PathLike = Union[str, os.PathLike]
 
-def read_text(path, what="a text file"):
+
+def read_text(path: PathLike, what: str = "a text file") -> str:
     """The file's UTF-8 text, or a UserError that names the file and what is wrong with it."""
     path = Path(path)
     try:
@@ -24,12 +27,12 @@ def read_text(path, what="a text file"):
         raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_json(path, what="a JSON file"):
+def read_json(path: PathLike, what: str = "a JSON file") -> Any:
     """The parsed file, or a UserError that names the file and what is wrong with it."""
     return parse_json(read_text(path, what), path)
 
 
-def parse_json(text, where):
+def parse_json(text: str, where: PathLike) -> Any:
     """`text` parsed, or a UserError naming `where` (a file, or file:line) and what is wrong with it."""
     try:
         return json.loads(text)
@@ -40,7 +43,7 @@ def parse_json(text, where):
                         f"levels)") from None
 
 
-def directory(path, given_as):
+def directory(path: PathLike, given_as: str) -> Path:
     """`path`, given as `given_as` ("--cache-dir ", "BERT_SQUAD_CACHE="), for a directory a command will
     fill, checked before any work: an existing directory, or one that can be made because nothing on its
     way is a file. Nothing is created. A UserError naming the option and what is in the way otherwise."""
@@ -54,20 +57,27 @@ def directory(path, given_as):
     return path
 
 
-def writable_directory(path, given_as):
+def probe_write(path: PathLike) -> None:
+    """Write an empty file into the directory `path` and remove it: an OSError where the directory cannot be
+    written, found before the work rather than after hours of it."""
+    probe = Path(path) / f".write-test-{os.getpid()}"
+    probe.write_text("")
+    probe.unlink()
+
+
+def writable_directory(path: PathLike, given_as: str) -> Path:
     """Fail before the work, not after hours of it, when an output directory cannot be written: `directory`,
     then made (the first thing a command writes) and written to once."""
-    probe = directory(path, given_as) / f".write-test-{os.getpid()}"
+    directory(path, given_as)
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
+        probe_write(path)
     except OSError as err:
         raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
     return Path(path)
 
 
-def write_text_atomic(path, text):
+def write_text_atomic(path: PathLike, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -78,5 +88,5 @@ def write_text_atomic(path, text):
         raise UserError(f"{path}: cannot be written ({err.strerror or err})") from None
 
 
-def write_json_atomic(path, obj, indent=2):
+def write_json_atomic(path: PathLike, obj: Any, indent: int = 2) -> None:
     write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")

@@ -14,12 +14,14 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union, cast
 
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 
-if TYPE_CHECKING:  # transformers loads with the model, not for the commands that load none
-    from transformers import PretrainedConfig, PreTrainedModel
+if TYPE_CHECKING:  # transformers, torch and DeepSpeed load with the model, not for the commands that load none
+    import torch
+    from deepspeed import DeepSpeedEngine
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 PathLike = Union[str, os.PathLike]
 
@@ -55,11 +57,6 @@ def family(model_type: str) -> Optional[Family]:
     return next((f for f in FAMILIES if f.model_type == model_type), None)
 
 
-def _reason(err):
-    """The first line of a library's error: enough to say what is wrong without a traceback."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
 def _check_model_type(model_dir: PathLike) -> None:
     """A family newer than the installed transformers fails in its tokenizer with a message about the
     tokenizer file, in its config with a paragraph, or (ModernBERT on 4.48-4.50) only where its missing
@@ -84,7 +81,7 @@ def _check_model_type(model_dir: PathLike) -> None:
                         f"{transformers.__version__}: a newer transformers has it (docs/models.md)")
 
 
-def load_tokenizer(model_dir):
+def load_tokenizer(model_dir: PathLike) -> "PreTrainedTokenizerFast":
     from transformers import AutoTokenizer  # heavy: not for the commands that load no model
 
     _check_model_type(model_dir)
@@ -93,14 +90,14 @@ def load_tokenizer(model_dir):
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
-        raise UserError(f"{model_dir}: cannot load a tokenizer ({_reason(err)})") from None
+        raise UserError(f"{model_dir}: cannot load a tokenizer ({first_line(err)})") from None
     # transformers 5 builds an empty vocabulary where no tokenizer file exists; every word would be [UNK].
     if not any((Path(model_dir) / name).is_file() for name in tok.vocab_files_names.values()):
         raise UserError(f"{model_dir}: cannot load a tokenizer (none of its files: "
                         f"{', '.join(sorted(tok.vocab_files_names.values()))})")
     if not tok.is_fast:
         raise UserError(f"{model_dir}: needs a fast tokenizer (tokenizer.json) for offset mappings")
-    return tok
+    return cast("PreTrainedTokenizerFast", tok)
 
 
 def load_qa_model(model_dir: PathLike, say: Optional[Callable[[str], None]] = None) -> "PreTrainedModel":
@@ -146,10 +143,10 @@ def _config(model_dir: PathLike) -> "PretrainedConfig":
     try:
         return AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
-        raise UserError(f"{model_dir}: not a model directory ({_reason(err)})") from None
+        raise UserError(f"{model_dir}: not a model directory ({first_line(err)})") from None
 
 
-def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type:
+def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type[Any]:
     """transformers' AutoModelForQuestionAnswering where it has a class for this config, else the project's
     span head on the family's encoder (AutoModel's class), and always for a model saved with that head."""
     import transformers  # heavy: not for the commands that load no model
@@ -183,7 +180,7 @@ def _quiet_loading() -> Iterator[None]:
         transformers.logging.set_verbosity(verbosity)
 
 
-def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info: dict,
+def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info: dict[str, Any],
                           say: Optional[Callable[[str], None]]) -> None:
     """The project's span head needs the whole encoder from the checkpoint (only the head may be new); what
     the checkpoint has beyond it (a masked-LM head) is left out, and `say` is told so, in one line."""
@@ -208,7 +205,7 @@ def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike)
         raise UserError(f"--max-seq-length {max_seq_length}: {name} takes at most {limit} tokens (its {source})")
 
 
-def max_tokens(module: "PreTrainedModel") -> tuple:
+def max_tokens(module: "PreTrainedModel") -> tuple[Optional[int], Optional[str]]:
     """(the most tokens a window may hold, what says so): the encoder's learned position embeddings (RoBERTa's
     start after the padding index), else `max_position_embeddings` (rotary and relative positions); (None,
     None) where the config names neither."""
@@ -222,16 +219,16 @@ def max_tokens(module: "PreTrainedModel") -> tuple:
     return (limit, "max_position_embeddings") if limit else (None, None)
 
 
-def _weights_reason(err):
+def _weights_reason(err: BaseException) -> str:
     """torch's refusal of a pickle advises weights_only=False, which would run the file's code: not advice
     for a batch job, so it is said without it."""
-    reason = _reason(err)
+    reason = first_line(err)
     if reason.startswith("Weights only load failed"):
         return "a PyTorch pickle that torch.load(weights_only=True) refuses"
     return reason
 
 
-def gathered_state_dict(engine):
+def gathered_state_dict(engine: "DeepSpeedEngine") -> Optional[dict[str, "torch.Tensor"]]:
     """The whole model's weights on rank 0 (None elsewhere under ZeRO-3); every rank must call it.
 
     Under ZeRO-3 each rank holds a slice of every parameter and `state_dict()` returns empty tensors;
@@ -242,7 +239,8 @@ def gathered_state_dict(engine):
     return engine.module.state_dict()
 
 
-def export(module: "PreTrainedModel", state: dict, tokenizer, out_dir: PathLike) -> None:
+def export(module: "PreTrainedModel", state: dict[str, "torch.Tensor"], tokenizer: "PreTrainedTokenizerFast",
+           out_dir: PathLike) -> None:
     """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
     with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
@@ -270,13 +268,13 @@ def _write_span_head(module: "PreTrainedModel", out_dir: PathLike) -> None:
     (Path(out_dir) / f"{span_head.MODULE}.py").write_text(source + footer)
 
 
-def save_tokenizer(tokenizer, out_dir):
+def save_tokenizer(tokenizer: "PreTrainedTokenizerFast", out_dir: PathLike) -> None:
     """The tokenizer's files in `out_dir`, loadable under transformers 4.x and 5.x."""
     tokenizer.save_pretrained(str(out_dir))
     _portable_tokenizer_class(Path(out_dir) / "tokenizer_config.json")
 
 
-def _portable_tokenizer_class(path):
+def _portable_tokenizer_class(path: Path) -> None:
     """transformers 5 names a generic fast tokenizer `TokenizersBackend`, a class 4.x lacks; the 4.x
     name of the same thing loads under both lines."""
     if not path.is_file():
@@ -287,15 +285,16 @@ def _portable_tokenizer_class(path):
         path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
-def param_groups(module, weight_decay):
+def param_groups(module: "torch.nn.Module", weight_decay: float) -> list[dict[str, Any]]:
     """No weight decay on biases and LayerNorm weights, as BERT was trained."""
-    decay, no_decay = [], []
+    decay: list["torch.nn.Parameter"] = []
+    no_decay: list["torch.nn.Parameter"] = []
     for p in module.parameters():
         (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def weights_digest(state):
+def weights_digest(state: dict[str, "torch.Tensor"]) -> str:
     """A digest of this rank's weights: data-parallel ranks that agree end with equal digests (under
     ZeRO-3 only rank 0 holds whole weights, so there is one digest)."""
     h = hashlib.sha256()

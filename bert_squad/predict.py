@@ -6,36 +6,54 @@ started, post-processing on rank 0), so on a labelled file its predictions are `
 """
 
 import dataclasses
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
 
 from bert_squad import config
-from bert_squad.data import read_squad
-from bert_squad.evaluate import on_every_rank, parser, predict, write_predictions
+from bert_squad.config import PostprocessConfig
+from bert_squad.data import Examples, read_squad
+from bert_squad.distributed import DistEnv
+from bert_squad.evaluate import (Inference, inference_from_args, on_every_rank, parser, predict,
+                                 write_predictions)
+
+if TYPE_CHECKING:  # the libraries load with the model and the features
+    import datasets
+    from transformers import PreTrainedModel
 
 
-def parse(argv):
+class Prediction(NamedTuple):
+    """`bert-squad predict`'s command line."""
+
+    inference: Inference
+    input: str
+    postprocess: PostprocessConfig
+
+
+def parse(argv: list[str]) -> Prediction:
     p = parser("bert-squad predict", run.__doc__,
                lambda p: p.add_argument("--input", required=True,
                                         help="SQuAD JSON (v1.1 or v2.0 shape); answers optional"))
-    config.add_options(p, config.PostprocessConfig, without=("lang",))  # nothing is scored
-    p.add_argument("--debug", action="store_true")
+    config.add_options(p, PostprocessConfig, without=("lang",))  # nothing is scored
     args = p.parse_args(argv)
-    return args, config.from_args(config.WindowConfig, args), config.from_args(config.PostprocessConfig, args)
+    return Prediction(inference_from_args(args), args.input, config.from_args(PostprocessConfig, args))
 
 
-def run(parsed):
+def run(asked: Prediction) -> int:
     """`bert-squad predict`: predictions.json ({id: answer}), the n-best and, for a SQuAD 2.0 model,
     null_odds.json in --output-dir, on all ranks the launcher started."""
-    args, windows, postprocess = parsed
-    examples = read_squad(args.input, labelled=False)
+    job, path, postprocess = asked
+    examples = read_squad(path, labelled=False)
 
-    def task(i, module, examples, features, device, pad_id, dist):
+    def task(i: int, module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset",
+             device: torch.device, pad_id: int, dist: DistEnv) -> None:
         # "No answer" competes where the model was trained for it (train records this), else where the file is v2.0.
         version_2 = getattr(module.config, "version_2_with_negative", examples.version_2)
         result = predict(module, dataclasses.replace(examples, version_2=version_2), features, device, pad_id,
                          postprocess, dist)
         if result is not None:
-            write_predictions(args.output_dir, result)
-            print(f"wrote predictions for {len(examples)} questions to {args.output_dir}")
+            write_predictions(job.output_dir, result)
+            print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")
 
-    on_every_rank(args, windows, [examples], task)
+    on_every_rank(job, [examples], task)
     return 0

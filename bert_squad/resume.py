@@ -28,9 +28,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from bert_squad import checkpoint, distributed, dsconfig, report
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
+from bert_squad.files import PathLike, probe_write
+
+if TYPE_CHECKING:  # DeepSpeed loads with the run
+    from deepspeed import DeepSpeedEngine
 
 AS_IS, WHOLE, UNIVERSAL = "as is", "whole", "universal"
 
@@ -44,20 +49,21 @@ class Decision:
     settings: dsconfig.Settings  # the run's, with the checkpoint's global batch kept
 
 
-def ranks(n):
+def ranks(n: int) -> str:
     """'1 rank', '4 ranks': how messages count ranks."""
     return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
-def decide(found, settings):
+def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision:
     """How `found` resumes with `settings` in their world; a UserError naming both sides where it cannot."""
     layout, batch, path = found.layout, settings.batch, found.path
     if (layout.zero_stage, layout.precision) not in ((None, None), (settings.zero_stage, settings.precision)):
         raise UserError(f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
                         f"DeepSpeed config has stage {settings.zero_stage} in {settings.precision}; resume with "
                         f"the config it was written with")
-    if layout.world_size in (None, batch.world_size):
+    if layout.world_size is None or layout.world_size == batch.world_size:
         return Decision(found, AS_IS, settings)
+    assert layout.train_batch_size is not None  # the marker records it with the world size
     old = ranks(layout.world_size)
     kept = batch.keeping(layout.train_batch_size)
     if kept is None:
@@ -75,17 +81,17 @@ def decide(found, settings):
     return Decision(found, action, settings.resuming(kept, load_universal=action == UNIVERSAL))
 
 
-def load(engine, decision, dist):
+def load(engine: "DeepSpeedEngine", decision: Decision, dist: distributed.DistEnv) -> checkpoint.Progress:
     """The checkpoint's weights, optimizer state, random state and position, loaded (from its universal
     conversion, made now or before, where that is how it resumes); says so in the log."""
     found, batch = decision.found, decision.settings.batch
     load_dir, tag, note = _source(decision, dist)
     progress = checkpoint.load(engine, found, dist, (load_dir, tag))
     old = found.layout
-    if decision.action != AS_IS:  # the same optimizer steps, counted in this world's micro batches
-        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * batch.accumulation
     line = f"resumed from {found.path} at step {progress.step}"
-    if decision.action != AS_IS:
+    if decision.action != AS_IS:  # the same optimizer steps, counted in this world's micro batches
+        assert old.world_size and old.gradient_accumulation_steps  # `decide` resumes as is where unrecorded
+        progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * batch.accumulation
         how = f"universal checkpoint ({note})" if decision.action == UNIVERSAL else "optimizer state whole (ZeRO stage 0)"
         line += (f", written by {ranks(old.world_size)}, on {ranks(batch.world_size)}: {how}, micro batch {batch.micro} "
                  f"x accumulation {batch.accumulation} keeps the global batch of {batch.size}; from here the batches "
@@ -97,22 +103,20 @@ def load(engine, decision, dist):
 DIR = "universal"  # the conversion's directory inside the checkpoint
 
 
-def _converted(path):
+def _converted(path: PathLike) -> bool:
     return (Path(path) / DIR / checkpoint.MARKER).is_file()
 
 
-def _check_writable(path):
-    probe = Path(path) / f".write-test-{os.getpid()}"
+def _check_writable(path: Path) -> None:
     try:
-        probe.write_text("")
-        probe.unlink()
+        probe_write(path)
     except OSError as err:
         raise UserError(f"{path}: resuming it on another number of ranks converts its ZeRO optimizer shards "
                         f"into a universal checkpoint inside it, and it cannot be written ({err.strerror}); "
                         f"copy the checkpoint somewhere writable and resume from the copy") from None
 
 
-def _source(decision, dist):
+def _source(decision: Decision, dist: distributed.DistEnv) -> tuple[Path, str, str]:
     """(directory, tag, note) DeepSpeed loads from: the checkpoint itself, or its universal conversion, made by
     rank 0 (or reused) while the other ranks wait; `note` says which."""
     path = Path(decision.found.path)
@@ -130,7 +134,7 @@ def _source(decision, dist):
     return path, DIR, note
 
 
-def convert_once(path):
+def convert_once(path: PathLike) -> str:
     """Convert the checkpoint at `path` into `path/universal` unless an intact conversion is there; says which."""
     target, redone = Path(path) / DIR, ""
     if _converted(path):
@@ -155,7 +159,7 @@ def convert_once(path):
     return f"converted in {seconds:.1f} s{redone}"
 
 
-def _ds_to_universal(path, out):
+def _ds_to_universal(path: PathLike, out: Path) -> None:
     """DeepSpeed's converter, in this process (one worker: no process pool forked from a rank), quiet."""
     from deepspeed.checkpoint import ds_to_universal  # heavy: only a resume that converts needs it
 
@@ -166,5 +170,4 @@ def _ds_to_universal(path, out):
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             ds_to_universal.main(args)
     except Exception as err:  # whatever the converter trips on, it is why this checkpoint does not convert
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"{path}: DeepSpeed cannot convert it to a universal checkpoint: {reason}") from None
+        raise UserError(f"{path}: DeepSpeed cannot convert it to a universal checkpoint: {first_line(err)}") from None

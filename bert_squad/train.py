@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import datasets
 import deepspeed
@@ -34,7 +34,7 @@ from bert_squad.batching import BatchPlan, Collator
 from bert_squad.errors import UserError
 from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, check_tokenizer, feature_report
-from bert_squad.files import directory, writable_directory, write_json_atomic, write_text_atomic
+from bert_squad.files import PathLike, directory, writable_directory, write_json_atomic, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
 
@@ -88,7 +88,7 @@ class Run:
         return self.logs[-1] if self.logs else {}
 
 
-def main(cfg):
+def main(cfg: config.RunConfig) -> int:
     inputs = check(cfg)
     writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
     with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device:
@@ -100,14 +100,14 @@ def main(cfg):
     return 0
 
 
-def check(cfg):
+def check(cfg: config.RunConfig) -> Inputs:
     """Everything that can be wrong with the input, found before any process group or file exists."""
     directory(cfg.data.output_dir, "--output-dir ")
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
     ds_path = dsconfig.locate(cfg.train.deepspeed_config)
-    settings = dsconfig.settings(dsconfig.load(ds_path), ds_path, world_size=dist.world_size,
+    settings = dsconfig.settings(dsconfig.read(ds_path), ds_path, world_size=dist.world_size,
                                  has_gpu=get_accelerator().device_name() != "cpu",
                                  learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir)
     resuming = resume.decide(resume_from, settings) if resume_from else None
@@ -133,7 +133,7 @@ def check(cfg):
     return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp)
 
 
-def plan_work(inputs):
+def plan_work(inputs: Inputs) -> Work:
     """Features (tokenized once, cached), the batch plan and the finished DeepSpeed config."""
     cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
@@ -158,7 +158,7 @@ def plan_work(inputs):
     return Work(features, dev_features, counts, batches, steps_per_epoch, total_steps, ds_config)
 
 
-def build(inputs, device):
+def build(inputs: Inputs, device: torch.device) -> Run:
     """The planned run on its engine, at the step it resumes from."""
     cfg, dist = inputs.cfg, inputs.dist
     torch.manual_seed(cfg.train.seed + dist.rank)
@@ -183,7 +183,7 @@ def build(inputs, device):
                progress, meter, started, best_so_far=record if cfg.train.keeps_best else None)
 
 
-def optimizer_steps(run):
+def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
     """The micro batches of each remaining optimizer step, across epochs, from where `run.progress` stands.
 
     One DataLoader serves every remaining step, epoch boundaries included (its workers start once).
@@ -203,7 +203,7 @@ def optimizer_steps(run):
         yield micro_batches
 
 
-def loop(run):
+def loop(run: Run) -> int:
     """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint.
 
     The host waits for the device only at the log and stop-check steps, and where DeepSpeed's step reads a
@@ -246,11 +246,11 @@ def loop(run):
     return 0
 
 
-def evaluate_now(run, output_dir=None):
+def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0. With a best
     to keep, the predictions go beside the export of each new best instead of into `output_dir`."""
     inputs = run.inputs
-    if run.work.dev_features is None:
+    if run.work.dev_features is None or inputs.dev_examples is None:  # both or neither
         return None
     if run.best_so_far and inputs.dist.is_main:
         output_dir = best.start_pending(inputs.cfg.data.output_dir)
@@ -265,18 +265,19 @@ def evaluate_now(run, output_dir=None):
     return metrics
 
 
-def export_best(run):
+def export_best(run: Run) -> None:
     """The model of a new best evaluation, beside its predictions in its own export (every rank takes part)."""
     out, step = run.inputs.cfg.data.output_dir, run.progress.step
     state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
     run.engine.empty_partition_cache()
     if run.inputs.dist.is_main:
+        assert state is not None  # rank 0 holds the whole model
         model.export(run.engine.module, state, run.inputs.tokenizer, best.pending_dir(out))
         best.promote(out, step)
         best.prune(out, run.best_so_far)
 
 
-def finish(run):
+def finish(run: Run) -> None:
     """Final evaluation, the exported model (unless --no-export), and last the metrics file that marks the run
     finished."""
     inputs, work = run.inputs, run.work
@@ -292,6 +293,7 @@ def finish(run):
     if not dist.is_main:
         return
     if exporting and not (kept and best.install(out, kept.step)):
+        assert state is not None  # rank 0 holds the whole model
         model.export(run.engine.module, state, inputs.tokenizer, out)
         if kept:
             report.log(dist, f"note: the export of the best step {kept.step} is gone (resumed from an older "
@@ -310,7 +312,7 @@ def finish(run):
                f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)")
 
 
-def print_config(cfg):
+def print_config(cfg: config.RunConfig) -> int:
     """`bert-squad config`: the run's resolved configuration and the DeepSpeed config it would hand the engine
     in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
     says goes to stderr); nothing is trained."""

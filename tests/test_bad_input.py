@@ -14,7 +14,7 @@ from bert_squad.cli import main
 from helpers import PYTHON, ROOT, run_bert_squad
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.data import read_squad
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 
 
 def squad(qas, context="Ada was born in Lugano.", version="1.1"):
@@ -276,6 +276,17 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     code = main(["--debug", "--train-file", str(tmp_path / "missing.json"), "--model", str(tmp_path)])
     assert code == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("err, line", [
+    (ValueError("\n  first problem  \nthe detail\n"), "first problem"),  # leading blank lines, padding
+    (OSError(""), "OSError"), (KeyError(), "KeyError"),  # nothing to say but the type
+    (RuntimeError("  \n\t\n"), "RuntimeError"),  # only blanks
+    (AssertionError("one line"), "one line")])
+def test_a_library_error_is_said_in_its_first_line(err, line):
+    """Every place that reports a library's error (model and tokenizer loading, DeepSpeed's checks and its
+    converter, the hub, a torch device) says it in the same one line."""
+    assert first_line(err) == line
 
 
 # --- fuzzing: nothing but UserError, whatever the file holds --------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bert_squad import metrics
-from bert_squad.bert_squad_test import predicted_offsets
+from bert_squad.inspect_answers import predicted_offsets
 from helpers import PYTHON, ROOT
 
 SCRIPT = Path(PYTHON).parent / "bert-squad-test"

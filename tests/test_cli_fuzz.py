@@ -104,6 +104,21 @@ def entry(name):
     return lambda argv: cli.main([*name.split(), *argv])
 
 
+def test_an_option_commands_share_is_declared_once():
+    """--debug in every command's parser, and --cache-dir, --lang and --model-dir in each that takes them, with
+    one help text each: one declaration, not one per command."""
+    helps, with_debug = {}, []
+    for name in COMMANDS:
+        parser = parser_of(entry(name), [])
+        for action in parser._actions:
+            for flag in set(action.option_strings) & {"--debug", "--cache-dir", "--lang", "--model-dir"}:
+                helps.setdefault(flag, set()).add(action.help)
+        with_debug += [name for a in parser._actions if "--debug" in a.option_strings]
+    assert with_debug == COMMANDS
+    assert set(helps) == {"--debug", "--cache-dir", "--lang", "--model-dir"}
+    assert all(len(texts) == 1 for texts in helps.values()), helps
+
+
 def argv_strategy(parser, paths):
     values = st.sampled_from(["", "0", "1", "-1", "3", "1e-3", "-0.5", "nan", "x", "auto", "ds_fp32", "1-2",
                               "a=b", "learning_rate=1e-3,2e-3", "squad_v2", "cuda"]) | st.sampled_from(paths)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bert_squad import config
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.dsconfig import load as load_ds_config
 from bert_squad.dsconfig import locate, settings
@@ -122,3 +123,29 @@ def test_shipped_configs_by_name_or_path(tmp_path):
     assert locate(str(own)) == own
     with pytest.raises(UserError, match="ds_bf17: no such DeepSpeed config .*ds_bf16, ds_fp16, ds_fp32, ds_zero2"):
         locate("ds_bf17")
+
+
+def test_the_flag_is_spelled_like_every_other_and_deepspeeds_spelling_still_parses(tmp_path):
+    """--deepspeed-config is the flag the help shows; --deepspeed_config (DeepSpeed's own scripts' spelling)
+    gives the same run configuration."""
+    own = tmp_path / "mine.json"
+    own.write_text("{}")
+    for value in ("ds_bf16", str(own)):
+        dashed = config.parse_run_config(["--deepspeed-config", value])
+        assert dashed == config.parse_run_config(["--deepspeed_config", value])
+        assert dashed.train.deepspeed_config == value
+    help_text = config.training_parser().format_help()
+    assert "--deepspeed-config NAME_OR_FILE" in help_text and "[--deepspeed-config NAME_OR_FILE]" in help_text
+    assert "--deepspeed-config" in config.training_options()
+
+
+def test_a_config_is_named_by_one_rule_from_where_the_run_starts(tmp_path):
+    """A path is read from the directory the run starts in (`base`: the job's checkout for launch's check), else
+    a shipped name; nothing else."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.json").write_text("{}")
+    assert locate("configs/mine.json", base=tmp_path) == tmp_path / "configs" / "mine.json"
+    assert locate("ds_bf16", base=tmp_path) == CONFIG_DIR / "ds_bf16.json" == locate("ds_bf16.json", base=tmp_path)
+    for name in ("configs/mine.json", "ds_bf16.txt", "other/ds_bf16.json"):
+        with pytest.raises(UserError, match="no such DeepSpeed config"):
+            locate(name)  # not in this directory

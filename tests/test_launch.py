@@ -63,7 +63,7 @@ def test_daint_dry_run(capsys, nodes):
     text = script.read_text()
     assert not re.search(r"^module ", text, re.M)  # no Cray modules: the CE brings the software stack
     assert "ulimit -c 0" in text and "BERT_SQUAD_RUNTIME=${BERT_SQUAD_RUNTIME:-ce}" in text
-    assert launch.load_site("daint").default_args[:2] == ["--deepspeed_config", "configs/ds_bf16.json"]
+    assert launch.load_site("daint").default_args[:2] == ["--deepspeed-config", "ds_bf16"]
 
 
 @pytest.mark.parametrize("name", ["daint.toml", "daint-ngc.toml"])
@@ -152,6 +152,24 @@ def test_part_of_a_lumi_node_goes_to_small_g(capsys):
     assert opts["partition"] == "small-g" and opts["open-mode"] == "append"
     _, _, opts, _ = dry_run(capsys, "--site", "lumi", "--gpus-per-node", "4", "--partition", "dev-g")
     assert opts["partition"] == "dev-g"
+
+
+def test_the_partial_node_partition_is_the_site_scripts(tmp_path, monkeypatch):
+    """A site's partition for part of a node is the setting in its script a person edits: changed there, it
+    changes what launch asks for; a script without it asks for none (its own #SBATCH partition stays)."""
+    (tmp_path / "bert_squad").mkdir()
+    (tmp_path / "bert_squad" / "__init__.py").write_text("")
+    (tmp_path / "slurm").mkdir()
+    lumi = (ROOT / "slurm" / "lumi.sbatch").read_text()
+    assert re.search(r"^PARTIAL_NODE_PARTITION=small-g$", lumi, re.M)
+    (tmp_path / "slurm" / "edited.sbatch").write_text(lumi.replace("PARTIAL_NODE_PARTITION=small-g",
+                                                                   "PARTIAL_NODE_PARTITION=dev-g  # for a test"))
+    (tmp_path / "slurm" / "none.sbatch").write_text(re.sub(r"^PARTIAL_NODE_PARTITION=.*$", "", lumi, flags=re.M))
+    monkeypatch.setenv("BERT_SQUAD_REPO", str(tmp_path))
+    part = launch.JobSpec(site="edited", gpus_per_node=4)
+    assert launch.requested(part, launch.load_site("edited"))["partition"] == "dev-g"
+    assert "partition" not in launch.requested(launch.JobSpec(site="edited"), launch.load_site("edited"))
+    assert "partition" not in launch.requested(launch.JobSpec(site="none", gpus_per_node=4), launch.load_site("none"))
 
 
 @pytest.mark.parametrize("ranks,bound", [("8", True), ("4", False)])

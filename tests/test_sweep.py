@@ -31,7 +31,7 @@ def test_grid_maps_keys_to_training_flags():
                              "max-seq-length=128"])
     assert [(k, f, v) for k, f, v in grid] == [
         ("learning_rate", "--learning-rate", ["3e-5", "5e-5"]), ("epochs", "--epochs", ["2", "3"]),
-        ("config", "--deepspeed_config", ["configs/ds_bf16.json"]), ("max_seq_length", "--max-seq-length", ["128"])]
+        ("config", "--deepspeed-config", ["configs/ds_bf16.json"]), ("max_seq_length", "--max-seq-length", ["128"])]
 
 
 def test_combinations_name_group_and_order():
@@ -40,7 +40,7 @@ def test_combinations_name_group_and_order():
     assert [c["index"] for c in combos] == [0, 1, 2, 3]
     assert combos[1]["name"] == "learning_rate=3e-5_deepspeed_config=ds_bf16.json_seed=2"
     assert combos[1]["group"] == "learning_rate=3e-5,deepspeed_config=ds_bf16.json" and combos[1]["seed"] == 2
-    assert combos[2]["args"] == ["--learning-rate", "5e-5", "--deepspeed_config", "configs/ds_bf16.json"]
+    assert combos[2]["args"] == ["--learning-rate", "5e-5", "--deepspeed-config", "configs/ds_bf16.json"]
     assert [c["name"] for c in sweep.combinations([], [4])] == ["seed=4"]
 
 
@@ -89,8 +89,7 @@ def test_grid_gpus_and_parallel(capsys, tmp_path):
     assert env == {"BERT_SQUAD_REQUEUE": "1", "BERT_SQUAD_SWEEP_DIR": str(tmp_path / "lr")}
     # No training arguments: the site's defaults, less its own --output-dir/--resume.
     script = argv.index(str(ROOT / "slurm" / "lumi.sbatch"))
-    assert argv[script + 1:] == ["--deepspeed_config", "configs/ds_bf16.json", "--epochs", "2", "--checkpoint-every",
-                                 "500"]
+    assert argv[script + 1:] == ["--deepspeed-config", "ds_bf16", "--epochs", "2", "--checkpoint-every", "500"]
 
 
 def test_a_sweep_task_runs_the_sweeps_action():

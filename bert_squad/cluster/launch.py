@@ -3,7 +3,8 @@
 The site scripts are the source a user reads and edits: their #SBATCH lines and environment say what a site
 runs, and slurm/job.sh is the shared part they all source. `launch` and `sweep` ask for something else through
 sbatch's own options and the environment, never by writing a script; `--dry-run` prints the exact command
-and the files it uses. What a script says (its #SBATCH lines, its DEFAULT_ARGS) is read from the script.
+and the files it uses. What a script says (its #SBATCH lines, its DEFAULT_ARGS, its PARTIAL_NODE_PARTITION) is
+read from the script.
 """
 
 import argparse
@@ -15,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from bert_squad import config, dsconfig
 from bert_squad.errors import UserError
@@ -23,9 +24,6 @@ from bert_squad.errors import UserError
 SLURM_TIMEOUT = 120  # seconds sbatch and squeue may take before a submission gives up with one line
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2})$")
-# Where a site bills whole nodes, the partition for a job on part of one (lumi-userguide
-# docs/runjobs/scheduled-jobs/partitions.md: small-g for fewer than 8 GCDs, standard-g is whole nodes).
-PARTIAL_NODE_PARTITION = {"lumi": "small-g"}
 
 
 @dataclass(frozen=True)
@@ -43,25 +41,27 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Site:
-    """A site's job script, as the script itself says it: its #SBATCH options and default training arguments."""
+    """A site's job script, as the script itself says it: its #SBATCH options, default training arguments and
+    partition for part of a node."""
 
     name: str
     script: Path
-    sbatch: dict  # option -> value (None for a flag)
-    default_args: list
+    sbatch: dict[str, Optional[str]]  # option -> value (None for a flag)
+    default_args: list[str]
+    partial_node_partition: Optional[str] = None  # where a job on part of a node goes (a site that bills whole ones)
 
     @property
-    def gpu_request(self):
+    def gpu_request(self) -> Optional[str]:
         """The #SBATCH option that asks for GPUs (None: the script asks for none)."""
         return next((o for o in ("gpus-per-task", "gpus-per-node") if o in self.sbatch), None)
 
     @property
-    def gpus_per_node(self):
+    def gpus_per_node(self) -> int:
         """A node's GPUs, one rank each (0: a script without GPUs, which takes any number)."""
-        return int(self.sbatch["ntasks-per-node"]) if self.gpu_request else 0
+        return int(self.sbatch["ntasks-per-node"] or 0) if self.gpu_request else 0
 
 
-def repo_dir():
+def repo_dir() -> Path:
     """The checkout the job runs (the submit directory, or $BERT_SQUAD_REPO): its slurm/ holds the scripts."""
     repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
     if not (repo / "bert_squad" / "__init__.py").is_file():
@@ -70,7 +70,7 @@ def repo_dir():
     return repo.resolve()
 
 
-def load_site(name):
+def load_site(name: str) -> Site:
     """The Site of slurm/<name>.sbatch in the checkout; one line naming the sites there if there is none."""
     slurm = repo_dir() / "slurm"
     script = slurm / f"{name}.sbatch"
@@ -80,10 +80,12 @@ def load_site(name):
     text = script.read_text()
     sbatch = {k: v or None for k, v in re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", text, re.M)}
     lines = re.search(r"^DEFAULT_ARGS=\((.*?)\)$", text, re.M | re.S)
-    return Site(name, script, sbatch, shlex.split(lines.group(1), comments=True) if lines else [])
+    partial = re.search(r"^PARTIAL_NODE_PARTITION=([\w.-]+)[ \t]*(?:#.*)?$", text, re.M)
+    return Site(name, script, sbatch, shlex.split(lines.group(1), comments=True) if lines else [],
+                partial.group(1) if partial else None)
 
 
-def add_job_options(p):
+def add_job_options(p: argparse.ArgumentParser) -> None:
     """The options `launch` and `sweep` share: where and how long the job runs, print or submit."""
     p.add_argument("--site", required=True, help="slurm/<site>.sbatch of the checkout: daint, lumi, generic, ...")
     p.add_argument("--time", help="wall-clock limit in a Slurm format, e.g. 12:00:00 or 1-00:00:00")
@@ -94,10 +96,9 @@ def add_job_options(p):
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the sbatch command and its files (default)")
     mode.add_argument("--submit", action="store_true", help="run that sbatch command")
-    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
 
-def build_parser():
+def build_parser() -> config.ArgumentParser:
     p = config.ArgumentParser(
         prog="bert-squad launch",
         description="Submit slurm/<site>.sbatch with sbatch (--submit), or print the sbatch command (--dry-run, "
@@ -108,7 +109,7 @@ def build_parser():
     return p
 
 
-def split_argv(argv):
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """Launch options before `--`, training arguments after it."""
     if "--" in argv:
         i = argv.index("--")
@@ -116,7 +117,7 @@ def split_argv(argv):
     return argv, []
 
 
-def check(spec, site):
+def check(spec: JobSpec, site: Site) -> int:
     """The spec's values against the site; returns the ranks per node."""
     if spec.nodes < 1:
         raise UserError(f"--nodes {spec.nodes}: need at least 1 node")
@@ -135,14 +136,14 @@ def check(spec, site):
     return gpus
 
 
-def requested(spec, site, extra=None):
+def requested(spec: JobSpec, site: Site, extra: Optional[dict[str, Optional[str]]] = None) -> dict[str, Optional[str]]:
     """The sbatch options `spec` asks for beyond the script's #SBATCH lines, then `extra` (a sweep's)."""
     gpus = check(spec, site)
-    opts = {"nodes": str(spec.nodes), "ntasks-per-node": str(max(gpus, 1))}
+    opts: dict[str, Optional[str]] = {"nodes": str(spec.nodes), "ntasks-per-node": str(max(gpus, 1))}
     if gpus and site.gpu_request != "gpus-per-task":  # per task: one each, whatever the count
         opts["gpus-per-node"] = str(gpus)
-    if site.gpus_per_node and gpus < site.gpus_per_node and site.name in PARTIAL_NODE_PARTITION:
-        opts["partition"] = PARTIAL_NODE_PARTITION[site.name]
+    if site.gpus_per_node and gpus < site.gpus_per_node and site.partial_node_partition:
+        opts["partition"] = site.partial_node_partition
     opts.update({key: value for key, value in (("time", spec.time), ("account", spec.account),
                                                 ("partition", spec.partition)) if value})
     if spec.requeue:
@@ -155,19 +156,20 @@ def requested(spec, site, extra=None):
 class Submission:
     """The exact sbatch command of a job: its environment, its arguments, and the files it uses."""
 
-    env: dict
-    argv: list
-    files: list  # the site script first
-    effective: dict  # every sbatch option the job gets: the script's, then the command's
+    env: dict[str, str]
+    argv: list[str]
+    files: list[Path]  # the site script first
+    effective: dict[str, Optional[str]]  # every sbatch option the job gets: the script's, then the command's
 
-    def shown(self):
+    def shown(self) -> str:
         """The command as a shell line, with the files it uses and everything it asks for as comments."""
         words = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()] + [shlex.quote(w) for w in self.argv]
         asks = " ".join(f"--{k}" if v is None else f"--{k}={v}" for k, v in self.effective.items())
         return (f"# files: {' '.join(map(str, self.files))}\n# asks for: {asks}\n" + " ".join(words) + "\n")
 
 
-def sbatch_command(spec, train_args, extra=None, env=None):
+def sbatch_command(spec: JobSpec, train_args: list[str], extra: Optional[dict[str, Optional[str]]] = None,
+                   env: Optional[dict[str, str]] = None) -> Submission:
     """The Submission of site script `spec.site` with `spec`'s options and these training arguments (none: the
     script's DEFAULT_ARGS); `env` adds to the job's environment (a sweep's directory)."""
     site = load_site(spec.site)
@@ -180,7 +182,7 @@ def sbatch_command(spec, train_args, extra=None, env=None):
     return Submission(env, argv, files, {**site.sbatch, **opts})
 
 
-def training_args(words):
+def training_args(words: list[str]) -> argparse.Namespace:
     """The job's training arguments, parsed as the job will parse them (a $WORD, which the job's shell
     expands, reads as 0); their errors are named as theirs."""
     try:
@@ -189,7 +191,7 @@ def training_args(words):
         raise UserError(f"training arguments: {err}") from None
 
 
-def check_job_inputs(submission, train_args):
+def check_job_inputs(submission: Submission, train_args: list[str]) -> None:
     """What the job takes from the submit side, checked now rather than in every task hours later: it runs
     `python -m bert_squad` in the checkout it was submitted from (or $BERT_SQUAD_REPO), relative paths in
     its training arguments (a DeepSpeed config, train and eval files) resolve there, and the job's own
@@ -197,16 +199,16 @@ def check_job_inputs(submission, train_args):
     repo = repo_dir()
     check_container_inputs(submission, repo)
     args = training_args(train_args)
-    for value in (args.deepspeed_config, args.train_file, args.eval_file):
-        if not value or (repo / value).is_file():
-            continue
-        if value == args.deepspeed_config and Path(value).parent == Path(".") and (
-                Path(value).stem in dsconfig.shipped_names()):
-            continue
-        raise UserError(f"{value}: no such file in {repo}, where the job resolves it")
+    missing = [value for value in (args.train_file, args.eval_file) if value and not (repo / value).is_file()]
+    try:
+        dsconfig.locate(args.deepspeed_config, base=repo)  # the run's own rule, from where the job starts
+    except UserError:
+        missing.insert(0, args.deepspeed_config)
+    if missing:
+        raise UserError(f"{missing[0]}: no such file in {repo}, where the job resolves it")
 
 
-def check_container_inputs(submission, repo):
+def check_container_inputs(submission: Submission, repo: Path) -> None:
     """Run the site script here, with the job's environment, up to the end of slurm/job.sh's `inputs` part
     (BERT_SQUAD_CHECK_ONLY): one definition of what the job needs, refused before sbatch with the line the job
     would print. `module` does nothing here: the site's modules are the compute nodes'."""
@@ -219,7 +221,7 @@ def check_container_inputs(submission, repo):
         raise UserError(lines[-1].replace("bert-squad: error: ", "", 1))
 
 
-def submit(submission):
+def submit(submission: Submission) -> Optional[str]:
     """Run the submission's sbatch command; returns the job id (None if sbatch's reply names none)."""
     if not shutil.which("sbatch"):
         raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
@@ -232,10 +234,10 @@ def submit(submission):
         raise UserError(f"sbatch failed: {proc.stderr.strip() or proc.stdout.strip()}")
     print(proc.stdout.strip())
     m = re.search(r"Submitted batch job (\d+)", proc.stdout)
-    return m and m.group(1)
+    return m.group(1) if m else None
 
 
-def active_tasks(job_id):
+def active_tasks(job_id: str) -> list[str]:
     """Ids of the job's tasks still pending or running; none once Slurm has forgotten the job."""
     if not shutil.which("squeue"):
         return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
@@ -247,23 +249,25 @@ def active_tasks(job_id):
     return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
-def job_spec(args, nodes=None):
-    """The JobSpec of parsed `launch` or `sweep` options (a sweep's runs are one node each)."""
-    return JobSpec(site=args.site, nodes=args.nodes if nodes is None else nodes, gpus_per_node=args.gpus_per_node,
-                   time=args.time, account=args.account, partition=args.partition, requeue=args.requeue)
+class Launch(NamedTuple):
+    """`bert-squad launch`'s command line."""
+
+    job: JobSpec
+    submit: bool  # run sbatch, rather than print its command
+    train_args: list[str]  # after `--`; none: the script's DEFAULT_ARGS
 
 
-def parse(argv):
+def parse(argv: list[str]) -> Launch:
     own, train_args = split_argv(list(argv))
-    return build_parser().parse_args(own), train_args
+    args = build_parser().parse_args(own)
+    return Launch(config.from_args(JobSpec, args), args.submit, train_args)
 
 
-def run(parsed):
-    args, train_args = parsed
-    submission = sbatch_command(job_spec(args), train_args)
-    if not args.submit:
+def run(asked: Launch) -> int:
+    submission = sbatch_command(asked.job, asked.train_args)
+    if not asked.submit:
         sys.stdout.write(submission.shown())
         return 0
-    check_job_inputs(submission, train_args or load_site(args.site).default_args)
+    check_job_inputs(submission, asked.train_args or load_site(asked.job.site).default_args)
     submit(submission)
     return 0

@@ -5,12 +5,12 @@ Reads the sweep's manifest (`sweep.json`, written by `bert-squad sweep`) and eac
 never silently dropped. Writes summary.csv, summary.md and f1_by_combination.png beside the manifest.
 """
 
-import argparse
 import csv
 import io
 import statistics
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -18,13 +18,13 @@ from rich.table import Table
 from bert_squad import config, outputs
 from bert_squad.errors import UserError
 from bert_squad.preemption import EXIT_STOPPED
-from bert_squad.files import read_json, write_text_atomic
+from bert_squad.files import PathLike, read_json, write_text_atomic
 
 MANIFEST = "sweep.json"
 EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
 
 
-def run_status(run_dir):
+def run_status(run_dir: PathLike) -> tuple[str, Optional[dict[str, Any]]]:
     """('finished', metrics) or ('failed'|'stopped'|'not finished', None); a run trained with
     --no-eval is finished too, with no EM/F1 in its metrics."""
     run_dir = Path(run_dir)
@@ -39,22 +39,23 @@ def run_status(run_dir):
     return "not finished", None
 
 
-def _score(metrics, key):
+def _score(metrics: dict[str, Any], key: str) -> Optional[float]:
     """EM/F1 under either SQuAD version's key names; None for a run without evaluation."""
     names = {"em": ("exact_match", "exact"), "f1": ("f1",)}[key]
     return next((metrics[n] for n in names if n in metrics), None)
 
 
-def load_manifest(sweep_dir):
+def load_manifest(sweep_dir: PathLike) -> Any:
     path = Path(sweep_dir) / MANIFEST
     if not path.exists():
         raise UserError(f"{path}: no sweep manifest here (is {sweep_dir} the directory of a `bert-squad sweep`?)")
     return read_json(path, what="a sweep manifest")
 
 
-def collect(sweep_dir):
+def collect(sweep_dir: PathLike) -> tuple[Any, list[dict[str, Any]], list[tuple[str, int, str]]]:
     manifest = load_manifest(sweep_dir)
-    groups, problems = {}, []
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    problems: list[tuple[str, int, str]] = []
     for combo in manifest["combinations"]:
         status, metrics = run_status(Path(sweep_dir) / combo["name"])
         if metrics is None:
@@ -64,9 +65,9 @@ def collect(sweep_dir):
             groups.setdefault(combo["group"], []).append((combo["seed"], metrics))
     rows = []
     for group, runs in groups.items():
-        row = {"combination": group, "seeds": " ".join(str(s) for s, _ in sorted(runs, key=lambda r: r[0])),
-               "finished": len(runs),
-               "runs": sum(1 for c in manifest["combinations"] if c["group"] == group)}
+        row: dict[str, Any] = {
+            "combination": group, "seeds": " ".join(str(s) for s, _ in sorted(runs, key=lambda r: r[0])),
+            "finished": len(runs), "runs": sum(1 for c in manifest["combinations"] if c["group"] == group)}
         for key in ("em", "f1"):
             values = [v for v in (_score(m, key) for _, m in runs) if v is not None]
             row.update({f"{key}_mean": statistics.fmean(values) if values else None,
@@ -83,11 +84,11 @@ COLUMNS = ["combination", "seeds", "finished", "runs", "em_mean", "em_std", "em_
            "f1_mean", "f1_std", "f1_min", "f1_max", "samples_per_second", "wall_time_s"]
 
 
-def fmt(value):
+def fmt(value: Any) -> str:
     return "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def to_csv(rows):
+def to_csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     w.writeheader()
@@ -96,7 +97,7 @@ def to_csv(rows):
     return buf.getvalue()
 
 
-def to_markdown(rows, problems):
+def to_markdown(rows: list[dict[str, Any]], problems: list[tuple[str, int, str]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(fmt(r[k]) for k in COLUMNS) + " |" for r in rows]
     if problems:
@@ -104,7 +105,7 @@ def to_markdown(rows, problems):
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path):
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib  # heavy and optional: only for the plot
 
     matplotlib.use("Agg")
@@ -125,15 +126,14 @@ def plot(rows, path):
     tmp.replace(path)
 
 
-def parse(argv):
-    p = config.ArgumentParser(prog="bert-squad summarize", description=__doc__.splitlines()[0])
+def parse(argv: list[str]) -> Path:
+    """The sweep directory to summarize."""
+    p = config.ArgumentParser(prog="bert-squad summarize", description=(__doc__ or "").splitlines()[0])
     p.add_argument("sweep_dir")
-    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    return Path(p.parse_args(argv).sweep_dir)
 
 
-def run(args):
-    sweep_dir = Path(args.sweep_dir)
+def run(sweep_dir: Path) -> int:
     manifest, rows, problems = collect(sweep_dir)
     write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
     write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
@@ -149,7 +149,7 @@ def run(args):
     for col in ("combination", "seeds", "done", "EM mean ± std", "EM min–max", "F1 mean ± std", "F1 min–max",
                 "samples/s", "wall s"):
         table.add_column(col, justify="left" if col in ("combination", "seeds") else "right")
-    def pair(a, b, sep):  # "-" for runs without the value (not finished, or trained with --no-eval)
+    def pair(a: Optional[float], b: Optional[float], sep: str) -> str:  # "-" for runs without the value (not finished, or trained with --no-eval)
         return "-" if a is None else f"{a:.2f}{sep}{b:.2f}"
 
     for r in rows:

@@ -12,7 +12,9 @@ import os
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple, Optional
 
 from bert_squad import config, outputs
 from bert_squad.cluster import launch
@@ -23,11 +25,13 @@ from bert_squad.files import directory, write_json_atomic, write_text_atomic
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
 # The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
 OWN_FLAGS = tuple(o.flag for o in config.training_options().values() if o.sweep == "per-run")
+# Grid keys that are short for a training option's name.
+GRID_SHORTHANDS = {"config": "deepspeed_config"}
 
 
-def parse_seeds(text):
+def parse_seeds(text: str) -> list[int]:
     """'1-10', '1,3,5' or '1-3,7' -> [1, ..]: ascending ranges, no repeats."""
-    seeds = []
+    seeds: list[int] = []
     for part in text.split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
         if not m:
@@ -41,21 +45,19 @@ def parse_seeds(text):
     return seeds
 
 
-def grid_flag(key):
-    """A grid key as the training flag it sets: learning_rate -> --learning-rate."""
-    if key in ("config", "deepspeed_config"):
-        return "--deepspeed_config"
-    return "--" + key.replace("_", "-")
+def grid_flag(key: str) -> str:
+    """A grid key as the training flag it sets: learning_rate -> --learning-rate, config -> --deepspeed-config."""
+    return "--" + GRID_SHORTHANDS.get(key, key).replace("_", "-")
 
 
-def parse_grid(items):
+def parse_grid(items: list[str]) -> list[tuple[str, str, list[str]]]:
     """['learning_rate=3e-5,5e-5', ...] -> [(key, flag, [values])], checked against the training options."""
     options = config.training_options()
-    grid = []
+    grid: list[tuple[str, str, list[str]]] = []
     for item in items:
-        key, sep, values = item.partition("=")
+        key, sep, listed = item.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or not key or not values:
+        if not sep or not key or not listed:
             raise UserError(f"--grid {item!r}: use key=value1,value2 (e.g. learning_rate=3e-5,5e-5)")
         option = options.get(grid_flag(key))
         if option is None or option.type is bool:
@@ -65,7 +67,7 @@ def parse_grid(items):
             raise UserError(f"--grid {item!r}: {key} is the same for every run of a sweep (give it after --)")
         if any(k == key for k, _, _ in grid):
             raise UserError(f"--grid: {key} is given twice")
-        values = [v.strip() for v in values.split(",")]
+        values = [v.strip() for v in listed.split(",")]
         for v in values:
             try:
                 option.type(v)
@@ -79,14 +81,14 @@ def parse_grid(items):
     return grid
 
 
-def _safe(text):
+def _safe(text: str) -> str:
     """A value as a directory-name word: a path by its file name, anything odd as '_'."""
     return re.sub(r"[^\w.+-]", "_", Path(text).name if "/" in text else text)
 
 
-def combinations(grid, seeds):
+def combinations(grid: list[tuple[str, str, list[str]]], seeds: list[int]) -> list[dict[str, Any]]:
     """Every grid point x seed, seeds innermost, each with its run directory name and group."""
-    combos = []
+    combos: list[dict[str, Any]] = []
     for point in itertools.product(*[[(key, flag, v) for v in values] for key, flag, values in grid]):
         group = ",".join(f"{key}={_safe(v)}" for key, _, v in point) or "default"
         for seed in seeds:
@@ -105,16 +107,16 @@ def combinations(grid, seeds):
     return combos
 
 
-def array_spec(indices, max_parallel=None):
+def array_spec(indices: list[int], max_parallel: Optional[int] = None) -> str:
     """[0, 1, 2, 5] -> '0-2,5', plus '%M' to run at most M at once."""
     parts = []
-    for _, run in itertools.groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
-        run = [i for _, i in run]
+    for _, pairs in itertools.groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
+        run = [i for _, i in pairs]
         parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(parts) + (f"%{max_parallel}" if max_parallel else "")
 
 
-def common_args(site, train_args):
+def common_args(site: launch.Site, train_args: list[str]) -> list[str]:
     """The training arguments every run gets: the user's, or the site's defaults less the sweep's own."""
     if not train_args:
         words = site.default_args
@@ -125,7 +127,7 @@ def common_args(site, train_args):
     return list(train_args)
 
 
-def check_training_args(argv):
+def check_training_args(argv: list[str]) -> None:
     """Typos and bad values in the training arguments fail here, not in every array task."""
     try:
         config.parse_run_config(argv)
@@ -133,7 +135,7 @@ def check_training_args(argv):
         raise UserError(f"training arguments: {err}") from None
 
 
-def build_parser():
+def build_parser() -> config.ArgumentParser:
     p = config.ArgumentParser(
         prog="bert-squad sweep",
         description="Seeds x hyperparameter grid as one Slurm job array: task i trains combination i into "
@@ -148,11 +150,22 @@ def build_parser():
     p.add_argument("--name", help="sweep name (default: from the grid)")
     p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
     launch.add_job_options(p)
+    p.set_defaults(nodes=1)  # each run on one node
     return p
 
 
-def plan(own, user_args):
-    """Parse and check everything before anything is written: (args, manifest, sweep dir)."""
+class Sweep(NamedTuple):
+    """A sweep, planned and checked before anything is written."""
+
+    job: launch.JobSpec  # each array task's
+    submit: bool  # run sbatch, rather than print its command
+    max_parallel: Optional[int]
+    manifest: dict[str, Any]
+    sweep_dir: Path
+
+
+def plan(own: list[str], user_args: list[str]) -> Sweep:
+    """Parse and check everything before anything is written."""
     args = build_parser().parse_args(own)
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError(f"--max-parallel {args.max_parallel}: need at least 1")
@@ -166,17 +179,17 @@ def plan(own, user_args):
         raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
     sweep_dir = directory(Path(args.runs_dir).resolve() / name, "--runs-dir and --name give ")
     manifest = {"name": name, "site": args.site, "train_args": train_args, "combinations": combos}
-    return args, manifest, sweep_dir
+    return Sweep(config.from_args(launch.JobSpec, args), args.submit, args.max_parallel, manifest, sweep_dir)
 
 
-def parse(argv):
+def parse(argv: list[str]) -> Sweep:
     own, user_args = launch.split_argv(list(argv))
     return plan(own, user_args)
 
 
-def submit(parsed):
+def submit(sweep: Sweep) -> int:
     """Write the manifest and submit the array of the runs not finished yet (or print its script)."""
-    args, manifest, sweep_dir = parsed
+    manifest, sweep_dir = sweep.manifest, sweep.sweep_dir
     old = sweep_dir / MANIFEST
     if old.exists():
         previous = load_manifest(sweep_dir)
@@ -191,12 +204,13 @@ def submit(parsed):
         print("nothing to run: every run has its final metrics (bert-squad summarize "
               f"{shlex.quote(str(sweep_dir))})")
         return 0
-    extra = {"job-name": f"bert-squad-sweep-{manifest['name']}", "array": array_spec(todo, args.max_parallel),
-             "output": f"{sweep_dir}/slurm-%A_%a.out"}
+    extra: dict[str, Optional[str]] = {"job-name": f"bert-squad-sweep-{manifest['name']}",
+                                       "array": array_spec(todo, sweep.max_parallel),
+                                       "output": f"{sweep_dir}/slurm-%A_%a.out"}
     # Each array task trains its combination into the sweep directory (slurm/job.sh: BERT_SQUAD_SWEEP_DIR).
-    submission = launch.sbatch_command(launch.job_spec(args, nodes=1), manifest["train_args"], extra,
+    submission = launch.sbatch_command(sweep.job, manifest["train_args"], extra,
                                        {"BERT_SQUAD_SWEEP_DIR": str(sweep_dir)})
-    if not args.submit:
+    if not sweep.submit:
         sys.stdout.write(submission.shown())
         return 0
     launch.check_job_inputs(submission, manifest["train_args"])
@@ -211,29 +225,38 @@ def submit(parsed):
                             f"has ended, or scancel {job_id} first")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(old, manifest)
-    job_id = launch.submit(submission)
-    if job_id:
-        write_text_atomic(job_file, job_id + "\n")
+    submitted = launch.submit(submission)
+    if submitted:
+        write_text_atomic(job_file, submitted + "\n")
     return 0
 
 
-def parse_task(argv):
+@dataclass(frozen=True)
+class SweepTask:
+    """`bert-squad sweep run`'s command line: one array task."""
+
+    sweep_dir: str
+    index: Optional[int]  # None: $SLURM_ARRAY_TASK_ID
+    debug: bool  # tracebacks from the training it runs
+    train_args: list[str]
+
+
+def parse_task(argv: list[str]) -> SweepTask:
     p = config.ArgumentParser(prog="bert-squad sweep run",
                               description="Train one combination of a sweep (what each array task runs).")
     p.add_argument("sweep_dir")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
-    p.add_argument("--debug", action="store_true", help="tracebacks")
     own, train_args = launch.split_argv(list(argv))
-    return p.parse_args(own), train_args
+    args = p.parse_args(own)
+    return SweepTask(args.sweep_dir, args.index, args.debug, train_args)
 
 
-def run_task(parsed):
+def run_task(task: SweepTask) -> int:
     """Inside the array task, on every rank: train this task's combination, then record how it ended."""
     from bert_squad import distributed, train  # heavy (torch): only inside an array task, not to submit
 
-    args, train_args = parsed
-    manifest = load_manifest(args.sweep_dir)
-    index = args.index
+    manifest = load_manifest(task.sweep_dir)
+    index = task.index
     if index is None and "SLURM_ARRAY_TASK_ID" not in os.environ:
         raise UserError("no combination: run inside a Slurm array task or give --index")
     if index is None:
@@ -242,16 +265,16 @@ def run_task(parsed):
     if not 0 <= index < len(combos):
         raise UserError(f"combination {index}: the sweep has {len(combos)} (0-{len(combos) - 1})")
     combo = combos[index]
-    run_dir = Path(args.sweep_dir) / combo["name"]
+    run_dir = Path(task.sweep_dir) / combo["name"]
     rank0 = distributed.detect().rank == 0
     code_file = run_dir / EXIT_CODE_FILE
     if rank0:
         run_dir.mkdir(parents=True, exist_ok=True)
         code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
-    argv = [*train_args, *combo["args"], "--seed", str(combo["seed"]), "--output-dir", str(run_dir), "--resume", "auto"]
+    argv = [*task.train_args, *combo["args"], "--seed", str(combo["seed"]), "--output-dir", str(run_dir), "--resume", "auto"]
     code = 1  # what a crash (an exception past exit_code) leaves behind
     try:
-        code = exit_code(lambda: train.main(config.parse_run_config(argv)), "bert-squad", args.debug)
+        code = exit_code(lambda: train.main(config.parse_run_config(argv)), "bert-squad", task.debug)
     finally:
         if rank0:
             write_text_atomic(code_file, f"{code}\n")

@@ -5,6 +5,8 @@ to the reference answers and that question's EM/F1, then a summary table. Runs o
 """
 
 import json
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.panel import Panel
@@ -12,45 +14,57 @@ from rich.table import Table
 
 from bert_squad import cache, config
 from bert_squad.answer import Answerer, highlighted
-from bert_squad.config import PostprocessConfig, WindowConfig
+from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
 from bert_squad.metrics import exact_match, f1
 from bert_squad.postprocess import predicted_entry
 
 
-def parse(argv):
-    p = config.ArgumentParser(prog="bert-squad-test", description=__doc__.splitlines()[0])
-    p.add_argument("--model-file", required=True, help="directory of a trained model (bert-squad --output-dir)")
+@dataclass(frozen=True)
+class Inspection:
+    """What `bert-squad-test` is asked: the model, the questions to look at and how it answers them."""
+
+    model: ModelConfig
+    windows: WindowConfig
+    postprocess: PostprocessConfig
+    eval_file: Optional[str]  # a SQuAD JSON file, or None for the hub dataset
+    dataset: str  # the hub dataset in the cache, where there is no eval file
+    start_sample: int
+    num_test_samples: int
+    as_json: bool
+
+
+def parse(argv: list[str]) -> Inspection:
+    p = config.ArgumentParser(prog="bert-squad-test", description=(__doc__ or "").splitlines()[0])
+    config.add_options(p, ModelConfig)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--eval-file", help="SQuAD JSON file (v1.1 or v2.0)")
-    src.add_argument("--dataset", help="hub dataset in the cache (its validation split)")
-    p.add_argument("--cache-dir", default=None)
+    src.add_argument("--dataset", default="squad", help="hub dataset in the cache (its validation split)")
     p.add_argument("--start-sample", type=int, default=0)
     p.add_argument("--num-test-samples", type=int, default=10)
     config.add_options(p, WindowConfig)
     config.add_options(p, PostprocessConfig)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
-    p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
-    if not args.eval_file and not args.dataset:
-        args.dataset = "squad"
-    return args
+    return Inspection(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
+                      config.from_args(PostprocessConfig, args), args.eval_file, args.dataset, args.start_sample,
+                      args.num_test_samples, args.json)
 
 
-def predicted_offsets(prediction, nbest):
+def predicted_offsets(prediction: str, nbest: list[dict[str, Any]]) -> Optional[list[int]]:
     """Where the predicted span is (None for "no answer"), to highlight it where it stands."""
     entry = predicted_entry(prediction, nbest) if prediction else None
     return entry["offsets"] if entry else None
 
 
-def collect(args):
+def collect(asked: Inspection) -> list[dict[str, Any]]:
     """The selected questions with predictions and scores, as plain records."""
-    windows, postprocess = config.from_args(WindowConfig, args), config.from_args(PostprocessConfig, args)
-    cache_dir = cache.resolve_cache_dir(args.cache_dir)
-    qa = Answerer.from_pretrained(args.model_file, "cpu", windows, postprocess, cache_dir=cache_dir)
-    examples = read_squad(args.eval_file) if args.eval_file else load_hub_split(args.dataset, "validation", cache_dir)
-    first, count = args.start_sample, args.num_test_samples
+    cache_dir = cache.resolve_cache_dir(asked.model.cache_dir)
+    qa = Answerer.from_pretrained(asked.model.model_dir, "cpu", asked.windows, asked.postprocess, cache_dir=cache_dir)
+    examples = read_squad(asked.eval_file) if asked.eval_file else load_hub_split(asked.dataset, "validation",
+                                                                                   cache_dir)
+    first, count = asked.start_sample, asked.num_test_samples
     if count <= 0 or first < 0 or first + count > len(examples):
         raise UserError(f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
                         f"its {len(examples)} questions (questions 0..{len(examples) - 1})")
@@ -67,7 +81,7 @@ def collect(args):
     return out
 
 
-def render(results):
+def render(results: list[dict[str, Any]]) -> None:
     console = Console()
     for r in results:
         body = highlighted(r["question"], r["context"], r["prediction_offsets"])
@@ -90,9 +104,9 @@ def render(results):
     console.print(table)
 
 
-def run(args):
-    results = collect(args)
-    if args.json:
+def run(asked: Inspection) -> int:
+    results = collect(asked)
+    if asked.as_json:
         print(json.dumps([{k: v for k, v in r.items() if k != "context"} for r in results], ensure_ascii=False))
     else:
         render(results)
