@@ -11,8 +11,10 @@ import sys
 import time
 
 QUESTION = "Where was Ada Novak born?"
-CONTEXT = ("Ada Novak was born in Lugano in 1834. She studied physics at the university of Zurich and later "
-           "taught there for many years, writing two books on the theory of heat.")
+CONTEXT = (
+    "Ada Novak was born in Lugano in 1834. She studied physics at the university of Zurich and later "
+    "taught there for many years, writing two books on the theory of heat."
+)
 
 
 def main():
@@ -22,8 +24,21 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     args = p.parse_args()
 
-    cmd = [sys.executable, "-m", "bert_squad", "answer", "--model-dir", args.model_dir, "--device", args.device,
-           "--question", QUESTION, "--context", CONTEXT, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_squad",
+        "answer",
+        "--model-dir",
+        args.model_dir,
+        "--device",
+        args.device,
+        "--question",
+        QUESTION,
+        "--context",
+        CONTEXT,
+        "--json",
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     cold = time.perf_counter() - t0
@@ -43,8 +58,10 @@ def main():
         times.append(time.perf_counter() - t0)
     print(f"answer: {done.stdout.strip()}")
     print(f"bert-squad answer, one question, fresh process: {cold:.2f} s wall")
-    print(f"Answerer.from_pretrained: {load:.2f} s; answer(): median {1000 * statistics.median(times):.1f} ms, "
-          f"min {1000 * min(times):.1f} ms over {args.repeats} ({args.device}, {torch.get_num_threads()} threads)")
+    print(
+        f"Answerer.from_pretrained: {load:.2f} s; answer(): median {1000 * statistics.median(times):.1f} ms, "
+        f"min {1000 * min(times):.1f} ms over {args.repeats} ({args.device}, {torch.get_num_threads()} threads)"
+    )
 
 
 if __name__ == "__main__":

@@ -33,10 +33,12 @@ import throughput
 
 ROOT = throughput.ROOT
 SHIPPED = ROOT / "bert_squad" / "configs"
-SECTIONS = {"stage0": {"bf16": {"enabled": True}},
-            "zero1": {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}},
-            "autocast": {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}},
-            "fp32": {}}
+SECTIONS = {
+    "stage0": {"bf16": {"enabled": True}},
+    "zero1": {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}},
+    "autocast": {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}},
+    "fp32": {},
+}
 PATHS = ("ds_bf16", *SECTIONS)
 READS = ("item", "__bool__", "__float__", "__int__", "tolist")  # Tensor methods that copy a value to the host
 ENGINE_CALLS = ("forward", "backward", "step")
@@ -75,6 +77,7 @@ def install_tap(counts: dict) -> None:
                 return real(*args, **kwargs)
             finally:
                 inside[scope] -= 1
+
         setattr(owner, name, tapped)
 
     def read(name):
@@ -86,10 +89,15 @@ def install_tap(counts: dict) -> None:
                 counts["overflow_check_reads"] += bool(inside["overflow"])
                 counts["optimizer_counter_reads"] += bool(inside["optimizer"] and tensor.dim() == 0)
             return real(tensor, *args, **kwargs)
+
         setattr(torch.Tensor, name, tapped)
 
-    for owner in (utils.CheckOverflow, loss_scaler.DynamicLossScaler, stage_1_and_2.DeepSpeedZeroOptimizer,
-                  stage3.DeepSpeedZeroOptimizer_Stage3):
+    for owner in (
+        utils.CheckOverflow,
+        loss_scaler.DynamicLossScaler,
+        stage_1_and_2.DeepSpeedZeroOptimizer,
+        stage3.DeepSpeedZeroOptimizer_Stage3,
+    ):
         scoped(owner, "has_overflow_serial", "overflow", on_call="has_overflow_serial")
     for name in ENGINE_CALLS:
         scoped(engine.DeepSpeedEngine, name, "engine")
@@ -109,6 +117,7 @@ def timed(owner, name: str, seconds: list) -> None:
             return real(*args, **kwargs)
         finally:
             seconds.append(time.perf_counter() - began)
+
     setattr(owner, name, tapped)
 
 
@@ -127,11 +136,17 @@ def tap(out: str, args: list) -> int:
 def run_path(path: str, args: argparse.Namespace, work: Path) -> dict:
     """One path's training through the tap: counts per step, median step time, per-step losses, the engine."""
     out, counts = work / f"run-{path}", work / f"{path}.counts.json"
-    run = argparse.Namespace(**{**vars(args), "deepspeed_config": str(config_file(path, work)),
-                                "cache_dir": work / "cache"})
+    run = argparse.Namespace(
+        **{**vars(args), "deepspeed_config": str(config_file(path, work)), "cache_dir": work / "cache"}
+    )
     python_m_bert_squad = 3
-    cmd = [sys.executable, __file__, "--tap", str(counts),
-           *throughput.command(run, out, fixed=False, log_every=1)[python_m_bert_squad:]]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--tap",
+        str(counts),
+        *throughput.command(run, out, fixed=False, log_every=1)[python_m_bert_squad:],
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         sys.exit(f"bf16_paths: the {path} run failed:\n{r.stderr[-3000:]}")
@@ -139,11 +154,15 @@ def run_path(path: str, args: argparse.Namespace, work: Path) -> dict:
     logs, batch = metrics["logs"], metrics["train_batch_size"]
     warm = len(logs) // 4  # the first quarter warms up
     timed = [batch / log["samples_per_second"] for log in logs[warm:]]
-    return {"path": path, "engine": metrics["engine"], "precision": metrics["precision"],
-            **{f"{key}_per_step": tapped[key] / args.steps for key in COUNTS},
-            "ms_per_step": 1000 * statistics.median(timed),
-            "engine_step_ms": 1000 * statistics.median(tapped["step_seconds"][warm:]),
-            "losses": [log["loss"] for log in logs]}
+    return {
+        "path": path,
+        "engine": metrics["engine"],
+        "precision": metrics["precision"],
+        **{f"{key}_per_step": tapped[key] / args.steps for key in COUNTS},
+        "ms_per_step": 1000 * statistics.median(timed),
+        "engine_step_ms": 1000 * statistics.median(tapped["step_seconds"][warm:]),
+        "losses": [log["loss"] for log in logs],
+    }
 
 
 def parameter_tensors(model: Path) -> int:
@@ -154,10 +173,14 @@ def parameter_tensors(model: Path) -> int:
 
 def show(rows: list, tensors: int) -> None:
     fp32 = next((r["losses"] for r in rows if r["path"] == "fp32"), None)
-    print(f"\nper step, {tensors} parameter tensors; host reads: all / in overflow checks / of Adam's step "
-          f"counters (kept on the host)")
-    print(f"{'path':9} {'optimizer (wrapper)':44} {'has_overflow_serial':>19} {'host reads':>16} {'ms/step':>8} "
-          f"{'of it engine.step':>17} {'loss vs fp32':>12}")
+    print(
+        f"\nper step, {tensors} parameter tensors; host reads: all / in overflow checks / of Adam's step "
+        f"counters (kept on the host)"
+    )
+    print(
+        f"{'path':9} {'optimizer (wrapper)':44} {'has_overflow_serial':>19} {'host reads':>16} {'ms/step':>8} "
+        f"{'of it engine.step':>17} {'loss vs fp32':>12}"
+    )
     for r in rows:
         e = r["engine"]
         built = e["optimizer"].rsplit(".", 1)[-1] + (f" ({e['optimizer_wrapper']})" if e["optimizer_wrapper"] else "")
@@ -165,8 +188,10 @@ def show(rows: list, tensors: int) -> None:
         worst = None if fp32 is None else max(abs(a - b) / abs(b) for a, b in zip(r["losses"], fp32))
         r["max_relative_loss_difference_vs_fp32"] = worst
         reads = "/".join(f"{r[k + '_per_step']:.0f}" for k in COUNTS[1:])
-        print(f"{r['path']:9} {built:44} {r['has_overflow_serial_per_step']:19.0f} {reads:>16} "
-              f"{r['ms_per_step']:8.1f} {r['engine_step_ms']:17.1f} {'' if worst is None else f'{worst:.2%}':>12}")
+        print(
+            f"{r['path']:9} {built:44} {r['has_overflow_serial_per_step']:19.0f} {reads:>16} "
+            f"{r['ms_per_step']:8.1f} {r['engine_step_ms']:17.1f} {'' if worst is None else f'{worst:.2%}':>12}"
+        )
 
 
 def main() -> None:
@@ -183,8 +208,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bf16-paths-") as tmp:
         work = Path(tmp)
         args.model = args.model or throughput.random_bert_base(
-            throughput.minilm_dir(), work / "model", hidden_size=args.hidden, num_attention_heads=args.hidden // 32,
-            intermediate_size=4 * args.hidden)
+            throughput.minilm_dir(),
+            work / "model",
+            hidden_size=args.hidden,
+            num_attention_heads=args.hidden // 32,
+            intermediate_size=4 * args.hidden,
+        )
         rows = [run_path(path, args, work) for path in args.paths]
         tensors = parameter_tensors(args.model)
     show(rows, tensors)

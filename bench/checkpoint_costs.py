@@ -24,9 +24,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The shipped configs, and the CPU form of the shipped ZeRO ones (bf16 where they have fp16).
-CONFIGS = {"ds_fp32": ("ds_fp32", {}), "ds_bf16": ("ds_bf16", {}),
-           "zero2_bf16": ("ds_zero2", {"fp16": None, "bf16": {"enabled": True}}),
-           "zero3_bf16": ("ds_zero3", {"fp16": None, "bf16": {"enabled": True}})}
+CONFIGS = {
+    "ds_fp32": ("ds_fp32", {}),
+    "ds_bf16": ("ds_bf16", {}),
+    "zero2_bf16": ("ds_zero2", {"fp16": None, "bf16": {"enabled": True}}),
+    "zero3_bf16": ("ds_zero3", {"fp16": None, "bf16": {"enabled": True}}),
+}
 
 
 def config_file(name, directory):
@@ -42,10 +45,33 @@ def write_checkpoint(args, name, directory):
     """One optimizer step and its checkpoint; the checkpoint's directory."""
     out = Path(directory) / name
     launcher = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)] if args.ranks > 1 else []
-    cmd = [*launcher, sys.executable, "-m", "bert_squad", "--model", args.model, "--train-file", args.train_file,
-           "--deepspeed-config", str(config_file(name, directory)), "--output-dir", str(out), "--cache-dir",
-           str(Path(directory) / "cache"), "--max-steps", "1", "--checkpoint-every", "1", "--no-eval",
-           "--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24"]
+    cmd = [
+        *launcher,
+        sys.executable,
+        "-m",
+        "bert_squad",
+        "--model",
+        args.model,
+        "--train-file",
+        args.train_file,
+        "--deepspeed-config",
+        str(config_file(name, directory)),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(Path(directory) / "cache"),
+        "--max-steps",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--no-eval",
+        "--max-seq-length",
+        str(args.max_seq_length),
+        "--doc-stride",
+        "32",
+        "--max-query-length",
+        "24",
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if run.returncode:
         sys.exit(f"checkpoint_costs: the {name} run failed:\n{run.stderr[-3000:]}")
@@ -60,8 +86,7 @@ def measure(path, name):
     from bert_squad import checkpoint, resume
 
     seconds = json.loads((path / checkpoint.MARKER).read_text())["seconds"]
-    row = {"config": name, "checkpoint_mb": size(path) / 2**20, "write_s": seconds["write"],
-           "crc_s": seconds["digest"]}
+    row = {"config": name, "checkpoint_mb": size(path) / 2**20, "write_s": seconds["write"], "crc_s": seconds["digest"]}
     t0 = time.perf_counter()
     checkpoint.manifest(path)  # the CRC alone, the files still in the page cache as right after the save
     row["crc_only_s"] = time.perf_counter() - t0
@@ -89,8 +114,7 @@ def main():
         for name in args.configs.split(","):
             row = measure(write_checkpoint(args, name, directory), name)
             rows.append(row)
-            print("  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
-                  flush=True)
+            print("  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
     print(json.dumps({"model": args.model, "ranks": args.ranks, "rows": rows}))
 
 

@@ -56,17 +56,35 @@ FILES = {"json": "gpu_check.json", "table": "gpu_check.md", "log": "gpu_check.lo
 # Per mode: the measured model's shape (BertConfig fields), the correctness model's, tokens per window, steps
 # of the two goal rows and of the others, the log interval (a window), the correctness run's steps, and each
 # section's estimated seconds on one H100 (start-up included) that decide whether it still fits.
-MODES = {"gpu": dict(model={}, small=dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
-                                          intermediate_size=1024), seq=384, goal_steps=400, steps=300,
-                     log_every=100, loss_steps=8,
-                     estimate=dict(install=60, row=45, correctness=90, compile=200, tests=150)),
-         "tiny": dict(model=TINY, small=TINY, seq=128, goal_steps=6, steps=4, log_every=2, loss_steps=4,
-                      estimate=dict(install=0, row=0, correctness=0, compile=0, tests=0))}
-VERSIONS = ("import json, platform, torch, transformers, deepspeed, datasets, hostlist, bert_squad; "
-            "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, "
-            "'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
-            "'deepspeed': deepspeed.__version__, 'datasets': datasets.__version__, 'bert_squad_from': "
-            "bert_squad.__file__, 'device': torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}))")
+MODES = {
+    "gpu": dict(
+        model={},
+        small=dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+        seq=384,
+        goal_steps=400,
+        steps=300,
+        log_every=100,
+        loss_steps=8,
+        estimate=dict(install=60, row=45, correctness=90, compile=200, tests=150),
+    ),
+    "tiny": dict(
+        model=TINY,
+        small=TINY,
+        seq=128,
+        goal_steps=6,
+        steps=4,
+        log_every=2,
+        loss_steps=4,
+        estimate=dict(install=0, row=0, correctness=0, compile=0, tests=0),
+    ),
+}
+VERSIONS = (
+    "import json, platform, torch, transformers, deepspeed, datasets, hostlist, bert_squad; "
+    "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, "
+    "'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
+    "'deepspeed': deepspeed.__version__, 'datasets': datasets.__version__, 'bert_squad_from': "
+    "bert_squad.__file__, 'device': torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}))"
+)
 
 
 class Check:
@@ -79,8 +97,14 @@ class Check:
         self.log = out / FILES["log"]
         self.log.write_text("")
         self.started, self.env = time.monotonic(), dict(os.environ)
-        self.result = {"mode": mode, "budget_s": budget, "versions": {}, "host_packages": {}, "sections": {},
-                       "rows": []}
+        self.result = {
+            "mode": mode,
+            "budget_s": budget,
+            "versions": {},
+            "host_packages": {},
+            "sections": {},
+            "rows": [],
+        }
 
     def call(self, name: str, cmd: list, env: Optional[dict] = None, cwd: Path = ROOT) -> tuple:
         """(exit code, output) of one command, its output appended to the log; 124 when the budget ran out,
@@ -88,8 +112,14 @@ class Check:
         start = self.log.stat().st_size
         with open(self.log, "a") as f:
             print(f"\n===== {name}: $", *cmd, file=f, flush=True)
-            proc = subprocess.Popen(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT, cwd=cwd,
-                                    env=dict(self.env, **(env or {})), start_new_session=True)
+            proc = subprocess.Popen(
+                list(map(str, cmd)),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=dict(self.env, **(env or {})),
+                start_new_session=True,
+            )
             try:
                 code = proc.wait(timeout=max(self.left(), 1))
             except subprocess.TimeoutExpired:
@@ -107,8 +137,9 @@ class Check:
     def section(self, name: str, estimate: float, body: Callable[[], dict]) -> None:
         """Run `body` (which returns the section's record) if `estimate` seconds fit in what is left."""
         if self.left() < estimate:
-            return self.record(name, "not run", why=f"needs about {estimate:.0f} s, {max(self.left(), 0):.0f} s "
-                                                    f"of the budget left")
+            return self.record(
+                name, "not run", why=f"needs about {estimate:.0f} s, {max(self.left(), 0):.0f} s of the budget left"
+            )
         began = time.monotonic()
         info = body()
         self.record(name, seconds=round(time.monotonic() - began, 1), **info)
@@ -119,8 +150,10 @@ class Check:
             self.result["rows"].append(dict(info["row"], status=status))
         self.save()
         detail = summary(name, self.result["sections"][name])
-        print(f"[{time.monotonic() - self.started:5.0f} s] {name}: {status}" + (f" ({detail})" if detail else ""),
-              flush=True)
+        print(
+            f"[{time.monotonic() - self.started:5.0f} s] {name}: {status}" + (f" ({detail})" if detail else ""),
+            flush=True,
+        )
 
     def stop(self, names: list, why: str) -> None:
         for name in names:
@@ -168,8 +201,9 @@ def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> d
     wheels = sorted(Path(kit).glob("*.whl"))
     if not wheels:
         return dict(status="skipped", why=f"no wheels in {kit}: this environment is used", unmet=[])
-    code, text = check.call("install", [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                                        "--target", site, *wheels])
+    code, text = check.call(
+        "install", [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", site, *wheels]
+    )
     if code:
         return dict(status="failed", why=last_line(text), unmet=[])
     check.env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -179,12 +213,24 @@ def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> d
     code, text = check.call("versions", [sys.executable, "-c", VERSIONS], cwd=site)
     if code == 0:
         check.result["versions"] = json.loads(text.strip().splitlines()[-1])
-    return dict(status="failed" if unmet or code else "ok", wheels=len(wheels), unmet=unmet,
-                host_packages=len(host), why=last_line(text) if code and not unmet else None)
+    return dict(
+        status="failed" if unmet or code else "ok",
+        wheels=len(wheels),
+        unmet=unmet,
+        host_packages=len(host),
+        why=last_line(text) if code and not unmet else None,
+    )
 
 
-def train(check: Check, name: str, args: argparse.Namespace, fixed: bool, log_every: int,
-          extra: tuple = (), env: Optional[dict] = None) -> tuple:
+def train(
+    check: Check,
+    name: str,
+    args: argparse.Namespace,
+    fixed: bool,
+    log_every: int,
+    extra: tuple = (),
+    env: Optional[dict] = None,
+) -> tuple:
     """One training run of bench/throughput.py's command (no export): (train_metrics.json or None, output,
     exit code)."""
     out = check.work / name
@@ -198,31 +244,53 @@ def window(logs: list, log_every: int) -> dict:
     """The median window (by samples/s) of those after the first, which holds the warm-up."""
     later = sorted(logs[1:] or logs, key=lambda w: w["samples_per_second"])
     chosen = later[(len(later) - 1) // 2]  # the lower median: a window that was measured
-    return {"steps": f"{chosen['step'] - log_every + 1}-{chosen['step']}", "log_every": log_every,
-            "of": len(later), "samples_per_second_per_window": [round(w["samples_per_second"], 1) for w in logs],
-            "chosen": chosen}
+    return {
+        "steps": f"{chosen['step'] - log_every + 1}-{chosen['step']}",
+        "log_every": log_every,
+        "of": len(later),
+        "samples_per_second_per_window": [round(w["samples_per_second"], 1) for w in logs],
+        "chosen": chosen,
+    }
 
 
-def measure(check: Check, name: str, config: str, args: argparse.Namespace, fixed: bool = False,
-            extra: tuple = ()) -> dict:
+def measure(
+    check: Check, name: str, config: str, args: argparse.Namespace, fixed: bool = False, extra: tuple = ()
+) -> dict:
     """One row of the table: a training run, its median window, and what the engine built."""
     run_args = argparse.Namespace(**{**vars(args), "deepspeed_config": config})
     metrics, text, code = train(check, name, run_args, fixed, args.log_every, extra)
-    row = dict(run=name, config=config, batching=f"fixed {args.max_seq_length}" if fixed else "project",
-               compile="--compile" in extra, steps=args.steps)
+    row = dict(
+        run=name,
+        config=config,
+        batching=f"fixed {args.max_seq_length}" if fixed else "project",
+        compile="--compile" in extra,
+        steps=args.steps,
+    )
     if not metrics:  # the project refuses what this host cannot run (exit 2, one line): a skip in tiny mode
-        return dict(status="skipped" if code == 2 and check.mode == "tiny" else "failed", why=last_line(text),
-                    row=dict(row, why=last_line(text)))
+        return dict(
+            status="skipped" if code == 2 and check.mode == "tiny" else "failed",
+            why=last_line(text),
+            row=dict(row, why=last_line(text)),
+        )
     engine, win = metrics["engine"], window(metrics["logs"], args.log_every)
     rates = win.pop("chosen")
-    path = (f"{metrics['precision']}: {engine['optimizer'].rsplit('.', 1)[-1]}"
-            + (f" in {engine['optimizer_wrapper']}" if engine["optimizer_wrapper"] else "")
-            + (f" under {engine['autocast']} autocast" if engine["autocast"] else ""))
-    row.update(device=metrics["device"], precision=metrics["precision"], precision_path=path,
-               optimizer=engine["optimizer"], optimizer_wrapper=engine["optimizer_wrapper"],
-               skipped_steps=engine["skipped_steps"], window=win, batch=metrics["train_batch_size"],
-               peak_memory_gib=metrics["peak_memory_gib"],
-               **{k: rates[k] for k in ("samples_per_second", "tokens_per_second", "tflops_per_device", "mfu")})
+    path = (
+        f"{metrics['precision']}: {engine['optimizer'].rsplit('.', 1)[-1]}"
+        + (f" in {engine['optimizer_wrapper']}" if engine["optimizer_wrapper"] else "")
+        + (f" under {engine['autocast']} autocast" if engine["autocast"] else "")
+    )
+    row.update(
+        device=metrics["device"],
+        precision=metrics["precision"],
+        precision_path=path,
+        optimizer=engine["optimizer"],
+        optimizer_wrapper=engine["optimizer_wrapper"],
+        skipped_steps=engine["skipped_steps"],
+        window=win,
+        batch=metrics["train_batch_size"],
+        peak_memory_gib=metrics["peak_memory_gib"],
+        **{k: rates[k] for k in ("samples_per_second", "tokens_per_second", "tflops_per_device", "mfu")},
+    )
     return dict(status="ok", row=row)
 
 
@@ -230,7 +298,7 @@ def correctness(check: Check, args: argparse.Namespace) -> dict:
     """fp32 on the device and on this host's CPU, same weights, data, order and padding: per-step losses."""
     losses, devices = {}, {}
     for where, env in (("device", {}), ("cpu", {"CUDA_VISIBLE_DEVICES": ""})):
-        metrics, text, code = train(check, f"fp32-on-{where}", args, fixed=True, log_every=1, env=env)
+        metrics, text, _code = train(check, f"fp32-on-{where}", args, fixed=True, log_every=1, env=env)
         if not metrics:
             return dict(status="failed", why=f"the {where} run: {last_line(text)}")
         losses[where] = [w["loss"] for w in metrics["logs"]]
@@ -238,13 +306,20 @@ def correctness(check: Check, args: argparse.Namespace) -> dict:
     a, b = losses["device"], losses["cpu"]
     worst = max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=float("inf"))
     ok = len(a) == len(b) == args.steps and worst <= LOSS_RTOL
-    return dict(status="ok" if ok else "failed", devices=devices, steps=args.steps, losses=losses,
-                max_relative_difference=worst, tolerance=LOSS_RTOL)
+    return dict(
+        status="ok" if ok else "failed",
+        devices=devices,
+        steps=args.steps,
+        losses=losses,
+        max_relative_difference=worst,
+        tolerance=LOSS_RTOL,
+    )
 
 
 def gpu_tests(check: Check) -> dict:
-    code, text = check.call("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                                          "gpu", "tests/test_gpu.py"])
+    code, text = check.call(
+        "gpu-tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests/test_gpu.py"]
+    )
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", last_line(text))}
     status = "failed" if code else "ok" if counts.get("passed") else "skipped"
     return dict(status=status, counts=counts, summary=last_line(text))
@@ -255,11 +330,15 @@ def summary(name: str, s: dict) -> str:
     if s.get("row") and s["status"] == "ok":
         r, w = s["row"], s["row"]["window"]
         mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else ""
-        return (f"{r['samples_per_second']:.1f} samples/s{mfu}, steps {w['steps']} (median of {w['of']} windows), "
-                f"{r['precision_path']}, {r['skipped_steps']} skipped steps")
+        return (
+            f"{r['samples_per_second']:.1f} samples/s{mfu}, steps {w['steps']} (median of {w['of']} windows), "
+            f"{r['precision_path']}, {r['skipped_steps']} skipped steps"
+        )
     if name == "correctness" and "devices" in s:
-        return (f"fp32 on {s['devices']['device']} against {s['devices']['cpu']}, {s['steps']} steps: largest "
-                f"relative loss difference {s['max_relative_difference']:.1e} (tolerance {s['tolerance']:g})")
+        return (
+            f"fp32 on {s['devices']['device']} against {s['devices']['cpu']}, {s['steps']} steps: largest "
+            f"relative loss difference {s['max_relative_difference']:.1e} (tolerance {s['tolerance']:g})"
+        )
     if s.get("unmet"):
         return "the host's versions fall short: " + "; ".join(s["unmet"])
     if name == "install" and s["status"] == "ok":
@@ -270,20 +349,26 @@ def summary(name: str, s: dict) -> str:
 def markdown(result: dict) -> str:
     """The table of the throughput rows, then one line per section."""
     v = result["versions"]
-    lines = [f"# bench/gpu_check.py on {v.get('device', 'an unknown device')}: {result['mode']} mode, "
-             f"{result.get('seconds', 0):.0f} s", "",
-             ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets")
-                       if k in v) or "versions unknown: the install section did not finish", "",
-             "| run | batching | precision path | batch | window | samples/s | tokens/s | TFLOP/s/device | MFU "
-             "| skipped steps | peak memory GiB | status |",
-             "| --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --- |"]
+    lines = [
+        f"# bench/gpu_check.py on {v.get('device', 'an unknown device')}: {result['mode']} mode, "
+        f"{result.get('seconds', 0):.0f} s",
+        "",
+        ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets") if k in v)
+        or "versions unknown: the install section did not finish",
+        "",
+        "| run | batching | precision path | batch | window | samples/s | tokens/s | TFLOP/s/device | MFU "
+        "| skipped steps | peak memory GiB | status |",
+        "| --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --- |",
+    ]
     for r in result["rows"]:
         if r["status"] == "ok":
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            lines.append(f"| {r['run']} | {r['batching']} | {r['precision_path']} | {r['batch']} | steps "
-                         f"{r['window']['steps']} of {r['steps']} | {r['samples_per_second']:.1f} | "
-                         f"{r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | {mfu} | {r['skipped_steps']} "
-                         f"| {r['peak_memory_gib']:.2f} | ok |")
+            lines.append(
+                f"| {r['run']} | {r['batching']} | {r['precision_path']} | {r['batch']} | steps "
+                f"{r['window']['steps']} of {r['steps']} | {r['samples_per_second']:.1f} | "
+                f"{r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | {mfu} | {r['skipped_steps']} "
+                f"| {r['peak_memory_gib']:.2f} | ok |"
+            )
         else:
             lines.append(f"| {r['run']} | {r['batching']} | | | | | | | | | | {r['status']}: {r['why']} |")
     lines.append("")
@@ -305,23 +390,42 @@ def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Opti
 
     compile_row = f"ds_bf16-fixed-{seq}-compile"
     compiled = row(compile_row, "ds_bf16", fixed=True, extra=("--compile",))[2]
-    return [row("ds_bf16", "ds_bf16", goal), row(f"ds_bf16-fixed-{seq}", "ds_bf16", goal, fixed=True),
-            ("correctness", est["correctness"], lambda: correctness(check, small)),
-            row("ds_fp16", "ds_fp16"), row("ds_zero2", "ds_zero2"),
-            (compile_row, est["compile"], compiled if check.mode == "gpu" else lambda: dict(
-                status="skipped", why="tiny mode: inductor builds C++ for minutes on a CPU; --compile is measured "
-                                      "on a GPU only (tests/test_train.py covers it)")),
-            row("ds_fp32", "ds_fp32"), row("ds_zero3", "ds_zero3"),
-            ("gpu-tests", est["tests"], lambda: gpu_tests(check))]
+    return [
+        row("ds_bf16", "ds_bf16", goal),
+        row(f"ds_bf16-fixed-{seq}", "ds_bf16", goal, fixed=True),
+        ("correctness", est["correctness"], lambda: correctness(check, small)),
+        row("ds_fp16", "ds_fp16"),
+        row("ds_zero2", "ds_zero2"),
+        (
+            compile_row,
+            est["compile"],
+            compiled
+            if check.mode == "gpu"
+            else lambda: dict(
+                status="skipped",
+                why="tiny mode: inductor builds C++ for minutes on a CPU; --compile is measured "
+                "on a GPU only (tests/test_train.py covers it)",
+            ),
+        ),
+        row("ds_fp32", "ds_fp32"),
+        row("ds_zero3", "ds_zero3"),
+        ("gpu-tests", est["tests"], lambda: gpu_tests(check)),
+    ]
 
 
 def models(check: Check, kit: Path, seq: int) -> tuple:
     """The arguments of the measured runs (BERT-base, or tiny) and of the correctness runs (a small BERT)."""
     shape = MODES[check.mode]
     tokenizer = kit / gpu_kit.TOKENIZER if (kit / gpu_kit.TOKENIZER).is_dir() else throughput.minilm_dir()
-    base = argparse.Namespace(model=throughput.random_bert_base(tokenizer, check.work / "model", **shape["model"]),
-                              train_file=SAMPLE, deepspeed_config="ds_fp32", max_seq_length=seq,
-                              steps=shape["steps"], log_every=shape["log_every"], cache_dir=check.work / "cache")
+    base = argparse.Namespace(
+        model=throughput.random_bert_base(tokenizer, check.work / "model", **shape["model"]),
+        train_file=SAMPLE,
+        deepspeed_config="ds_fp32",
+        max_seq_length=seq,
+        steps=shape["steps"],
+        log_every=shape["log_every"],
+        cache_dir=check.work / "cache",
+    )
     small = throughput.random_bert_base(tokenizer, check.work / "small", **shape["small"], **NO_DROPOUT)
     return base, argparse.Namespace(**{**vars(base), "model": small, "steps": shape["loss_steps"]})
 
@@ -331,10 +435,18 @@ def main() -> int:
     p.add_argument("--out", required=True, type=Path, help=f"where {', '.join(FILES.values())} go")
     p.add_argument("--kit", type=Path, default=ROOT / "gpu-kit", help="the wheel kit (default: gpu-kit/)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (the default where torch sees no GPU)")
-    p.add_argument("--only", nargs="+", metavar="SECTION", help="after install, only these sections (names as "
-                                                                "the report gives them)")
-    p.add_argument("--host-packages", type=Path, metavar="FILE", help="the host's `pip list --format=freeze`, "
-                                                                      "read from FILE instead of asking pip")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SECTION",
+        help="after install, only these sections (names as the report gives them)",
+    )
+    p.add_argument(
+        "--host-packages",
+        type=Path,
+        metavar="FILE",
+        help="the host's `pip list --format=freeze`, read from FILE instead of asking pip",
+    )
     args = p.parse_args()
     import torch  # the host's, before the kit is on the path
 
@@ -343,8 +455,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         check = Check(args.out, mode, Path(tmp))
         (check.work / "site").mkdir()
-        check.section("install", MODES[mode]["estimate"]["install"],
-                      lambda: install(check, args.kit, check.work / "site", args.host_packages))
+        check.section(
+            "install",
+            MODES[mode]["estimate"]["install"],
+            lambda: install(check, args.kit, check.work / "site", args.host_packages),
+        )
         if check.result["sections"]["install"]["status"] in ("failed", "not run"):
             check.stop([name for name, *_ in plan(check, seq, None, None)], "install did not succeed: see its line")
         else:

@@ -39,12 +39,25 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST_FILE = ROOT / "bench" / "gpu_host.txt"
 PROJECT = "bert_squad"
 # The host: CPython 3.12 on manylinux x86_64 (glibc 2.28 or newer).
-TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "implementation_name": "cpython",
-          "platform_python_implementation": "CPython", "sys_platform": "linux", "platform_system": "Linux",
-          "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
-PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-            *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-              for a in ("--platform", p)]]
+TARGET = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "extra": "",
+}
+PLATFORM = [
+    "--only-binary=:all:",
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64") for a in ("--platform", p)],
+]
 MAX_MIB = 64  # what the GPU host's runner takes of the working tree and the kit together
 TOKENIZER = "tokenizer"  # a folder of the kit beside the wheels
 
@@ -130,8 +143,18 @@ def fetch(name, version, out):
     spec = f"{name}=={version}"
     if pip("download", "-q", "--no-deps", *PLATFORM, "-d", out, spec).returncode == 0:
         return
-    build = pip("wheel", "-q", "--no-deps", "--no-build-isolation", "--no-binary", name, "-w", out, spec,
-                env=dict(os.environ, DS_BUILD_OPS="0"))
+    build = pip(
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-binary",
+        name,
+        "-w",
+        out,
+        spec,
+        env=dict(os.environ, DS_BUILD_OPS="0"),
+    )
     if build.returncode != 0:
         sys.exit(f"gpu-kit: {spec} has no wheel for the host and its sdist did not build:\n{build.stderr[-2000:]}")
     made = [w.name for w in Path(out).glob("*.whl") if norm(w.name.split("-")[0]) == norm(name)]
@@ -151,9 +174,8 @@ def build(out):
     if made.returncode != 0:
         sys.exit(f"gpu-kit: the project's wheel did not build:\n{made.stderr[-2000:]}")
     # BERT's uncased vocabulary (MiniLM-L6's tokenizer) for the random BERT-base of bench/gpu_check.py: no hub there
-    from transformers import AutoTokenizer
-
     from throughput import minilm_dir
+    from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(minilm_dir()).save_pretrained(out / TOKENIZER)
 
@@ -161,8 +183,10 @@ def build(out):
 def stub_wheel(folder, name, version):
     """A wheel of metadata only: stands for a package the host already has, at its version."""
     stem = f"{re.sub(r'[-.]+', '_', name)}-{version}"
-    files = {f"{stem}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{stem}.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{stem}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{stem}.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     files[f"{stem}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{stem}.dist-info/RECORD,,\n"
     with zipfile.ZipFile(Path(folder) / f"{stem}-py3-none-any.whl", "w") as z:
         for path, text in files.items():
@@ -192,8 +216,21 @@ def check(kit):
                     continue  # nothing the project needs here, or the resolution fails below and says so
                 assumed.append(name)
             stub_wheel(stubs, name, version)
-        cmd = ["install", "--dry-run", "--ignore-installed", "--no-index", "--find-links", str(kit),
-               "--find-links", stubs, *PLATFORM, "--report", "-", "--quiet", PROJECT]
+        cmd = [
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-index",
+            "--find-links",
+            str(kit),
+            "--find-links",
+            stubs,
+            *PLATFORM,
+            "--report",
+            "-",
+            "--quiet",
+            PROJECT,
+        ]
         print("$ pip", " ".join(cmd).replace(stubs, "<host stand-ins>"), flush=True)
         r = pip(*cmd)
         if r.returncode != 0:
@@ -204,8 +241,10 @@ def check(kit):
         print(f"  {name}=={version}  ({where})")
     unused = wheels - set(chosen)
     size, tree = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20, checkout_mib()
-    print(f"gpu-kit: {len(wheels)} wheels, {size:.1f} MiB (with the checkout's {tree:.1f} MiB: {size + tree:.1f}); "
-          f"resolves for CPython 3.12 manylinux x86_64{'; unused: ' + ', '.join(sorted(unused)) if unused else ''}")
+    print(
+        f"gpu-kit: {len(wheels)} wheels, {size:.1f} MiB (with the checkout's {tree:.1f} MiB: {size + tree:.1f}); "
+        f"resolves for CPython 3.12 manylinux x86_64{'; unused: ' + ', '.join(sorted(unused)) if unused else ''}"
+    )
     if unused or size + tree >= MAX_MIB:
         sys.exit(f"gpu-kit: a kit must hold only what resolves, and with the checkout stay under {MAX_MIB} MiB")
 

@@ -15,6 +15,8 @@ steps' own). Prints a table and, as its last line, one JSON object.
     python bench/long_context.py --model DIR --lengths 512 2048 --steps 2 --batch 1
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import multiprocessing
@@ -23,11 +25,17 @@ import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: torch and the project load in the worker processes
+    import torch
+
+    from bert_squad.data import Examples
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bert_squad" / "sample" / "train-v1.1.json"
 
 
-def long_examples(train_file: str, tokenizer, length: int, count: int) -> "Examples":
+def long_examples(train_file: str, tokenizer, length: int, count: int) -> Examples:
     """`count` questions of `train_file` whose contexts go on (after their own text, so answers keep their
     offsets) with the file's paragraphs, repeated until they alone are `length` tokens."""
     from bert_squad.data import Examples, read_squad
@@ -51,10 +59,10 @@ def features_of(args: argparse.Namespace, tokenizer, length: int) -> tuple:
     features = build_features(examples, tokenizer, windows, cache_dir=None, train=True)
     rate = len(features) / (time.perf_counter() - t0)
     full = [i for i, ids in enumerate(features["input_ids"]) if len(ids) == length]
-    return features.select(full[:args.batch * (args.steps + 1)]), rate
+    return features.select(full[: args.batch * (args.steps + 1)]), rate
 
 
-def step(module: "torch.nn.Module", optimizer: "torch.optim.Optimizer", batch: dict) -> None:
+def step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict) -> None:
     loss = module(**batch).loss
     loss.backward()
     optimizer.step()
@@ -102,10 +110,17 @@ def measure(args: argparse.Namespace, length: int) -> dict:
     else:  # the high-water mark (KiB), not below what was resident before the steps (pages counted alike)
         peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, before, rss_gib())
     trained = args.batch * args.steps
-    return {"max_seq_length": length, "features": trained, "tokens_per_feature": length,
-            "features_per_second": trained / seconds, "tokens_per_second": trained * length / seconds,
-            "built_features_per_second": built, "peak_memory_gib": peak, "memory_before_steps_gib": before,
-            "device": str(device)}
+    return {
+        "max_seq_length": length,
+        "features": trained,
+        "tokens_per_feature": length,
+        "features_per_second": trained / seconds,
+        "tokens_per_second": trained * length / seconds,
+        "built_features_per_second": built,
+        "peak_memory_gib": peak,
+        "memory_before_steps_gib": before,
+        "device": str(device),
+    }
 
 
 def main() -> None:
@@ -117,7 +132,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1, help="features per step")
     p.add_argument("--device", help="torch device (default: cuda when there is one, else cpu)")
     args = p.parse_args()
-    if min(args.lengths + [args.steps, args.batch]) < 1:
+    if min([*args.lengths, args.steps, args.batch]) < 1:
         p.error("--lengths, --steps and --batch must be positive")
     rows = []
     print(f"{'length':>7} {'features/s':>11} {'tokens/s':>10} {'built/s':>9} {'peak GiB':>9} {'growth GiB':>10}")
@@ -125,11 +140,17 @@ def main() -> None:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
             row = fresh.submit(measure, args, length).result()
         rows.append(row)
-        print(f"{length:7d} {row['features_per_second']:11.2f} {row['tokens_per_second']:10.0f} "
-              f"{row['built_features_per_second']:9.1f} {row['peak_memory_gib']:9.3f} "
-              f"{row['peak_memory_gib'] - row['memory_before_steps_gib']:10.3f}", flush=True)
-    print(json.dumps({"model": args.model, "device": rows[0]["device"], "batch": args.batch, "steps": args.steps,
-                      "rows": rows}))
+        print(
+            f"{length:7d} {row['features_per_second']:11.2f} {row['tokens_per_second']:10.0f} "
+            f"{row['built_features_per_second']:9.1f} {row['peak_memory_gib']:9.3f} "
+            f"{row['peak_memory_gib'] - row['memory_before_steps_gib']:10.3f}",
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {"model": args.model, "device": rows[0]["device"], "batch": args.batch, "steps": args.steps, "rows": rows}
+        )
+    )
 
 
 if __name__ == "__main__":

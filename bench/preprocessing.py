@@ -78,8 +78,11 @@ def main():
     def rate(workers, cpus, where):
         questions, seconds, cache = measure(args, workers, cpus)
         caches.add(cache)
-        print(f"{workers:3d} workers on {where:10s}: {questions} questions in {seconds:6.1f} s = "
-              f"{questions / seconds:7.0f} questions/s", flush=True)
+        print(
+            f"{workers:3d} workers on {where:10s}: {questions} questions in {seconds:6.1f} s = "
+            f"{questions / seconds:7.0f} questions/s",
+            flush=True,
+        )
         return questions, questions / seconds
 
     questions, one_process = rate(1, cores, "all cores")
@@ -87,10 +90,17 @@ def main():
     if len(caches) != 1:
         raise SystemExit("preprocessing: the cached features differ between worker counts")
     first = args.workers[0]
-    print(json.dumps({"questions": questions, "cores": len(cores),
-                      "questions_per_second": {str(w): r for w, r in rates.items()},
-                      "one_process_all_cores": one_process,
-                      "speedup": {str(w): r / rates[first] for w, r in rates.items()}}))
+    print(
+        json.dumps(
+            {
+                "questions": questions,
+                "cores": len(cores),
+                "questions_per_second": {str(w): r for w, r in rates.items()},
+                "one_process_all_cores": one_process,
+                "speedup": {str(w): r / rates[first] for w, r in rates.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ class Model:
 
     @property
     def dense_params(self):  # what the matmuls touch per token (embedding look-ups are no FLOPs)
-        return 12 * self.layers * self.hidden ** 2
+        return 12 * self.layers * self.hidden**2
 
     def flops_per_sample(self):
-        return 6 * self.dense_params * SEQ + 12 * self.layers * SEQ ** 2 * self.hidden
+        return 6 * self.dense_params * SEQ + 12 * self.layers * SEQ**2 * self.hidden
 
     def activation_bytes_per_sample(self):
         """Korthikanti et al. 2022 (arXiv:2205.05198), eq. 2: s h (34 + 5 a s / h) bytes a layer, 16-bit."""
@@ -80,7 +80,7 @@ def fits(model, system, ranks, zero2):
     """The largest micro batch one GPU holds, 10% of its memory left to the framework."""
     shards = ranks if zero2 else 1
     states = model.params * (2 + (STATE_BYTES - 2) / shards)  # ZeRO-2 keeps only the 16-bit weights whole
-    return max(1, int((0.9 * system.memory_gib * 2 ** 30 - states) // model.activation_bytes_per_sample()))
+    return max(1, int((0.9 * system.memory_gib * 2**30 - states) // model.activation_bytes_per_sample()))
 
 
 def allreduce_s(model, system, nodes):
@@ -146,8 +146,13 @@ def rows():
 
 def knee(table, system, model, column):
     """The last node count still at KNEE_EFFICIENCY or better (None: not even on one node)."""
-    ok = [r["nodes"] for r in table if (r["system"], r["model"]) == (system, model)
-          and r[f"{column} efficiency"] is not None and r[f"{column} efficiency"] >= KNEE_EFFICIENCY]
+    ok = [
+        r["nodes"]
+        for r in table
+        if (r["system"], r["model"]) == (system, model)
+        and r[f"{column} efficiency"] is not None
+        and r[f"{column} efficiency"] >= KNEE_EFFICIENCY
+    ]
     return max(ok, default=None)
 
 
@@ -155,9 +160,11 @@ def print_table(table):
     columns = [*WEAK, STRONG]
     for system in SYSTEMS:
         for model in MODELS:
-            print(f"\n{system.name}, {model.name}, seq {SEQ}: samples/s (efficiency); micro batch that fits a GPU: "
-                  f"{fits(model, system, 1, False)}, with ZeRO-2 over 64 nodes "
-                  f"{fits(model, system, 64 * system.gpus_per_node, True)}")
+            print(
+                f"\n{system.name}, {model.name}, seq {SEQ}: samples/s (efficiency); micro batch that fits a GPU: "
+                f"{fits(model, system, 1, False)}, with ZeRO-2 over 64 nodes "
+                f"{fits(model, system, 64 * system.gpus_per_node, True)}"
+            )
             print(f"{'nodes':>5} " + " ".join(f"{c:>18}" for c in columns))
             for r in table:
                 if (r["system"], r["model"]) == (system.name, model.name):

@@ -22,7 +22,7 @@ def bench(model_dir, attn, opt_kind, seq, batch, steps, device):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **kwargs)
     ids = torch.randint(1000, 20000, (batch, seq), device=device)
     mask = torch.ones_like(ids)
-    mask[:, seq * 3 // 4:] = 0  # some padding, as in real batches
+    mask[:, seq * 3 // 4 :] = 0  # some padding, as in real batches
     pos = torch.randint(1, seq // 2, (batch,), device=device)
     for i in range(steps + 2):  # 2 warm-up steps
         if i == 2:

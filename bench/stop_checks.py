@@ -28,14 +28,46 @@ def train_until_signal(args: argparse.Namespace, directory: Path) -> tuple:
     from bert_squad.distributed import job_port
 
     calls = directory / "calls.json"
-    cmd = [sys.executable, str(ROOT / "tests" / "reduce_tap.py"), str(calls), "--signal-at-step",
-           str(args.signal_at_step), "--model", args.model, "--train-file", args.train_file, "--output-dir",
-           str(directory / "out"), "--cache-dir", str(directory / "cache"), "--deepspeed-config", "ds_fp32",
-           "--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24",
-           "--max-steps", "100000", "--log-every", "100000", "--no-eval"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "tests" / "reduce_tap.py"),
+        str(calls),
+        "--signal-at-step",
+        str(args.signal_at_step),
+        "--model",
+        args.model,
+        "--train-file",
+        args.train_file,
+        "--output-dir",
+        str(directory / "out"),
+        "--cache-dir",
+        str(directory / "cache"),
+        "--deepspeed-config",
+        "ds_fp32",
+        "--max-seq-length",
+        str(args.max_seq_length),
+        "--doc-stride",
+        "32",
+        "--max-query-length",
+        "24",
+        "--max-steps",
+        "100000",
+        "--log-every",
+        "100000",
+        "--no-eval",
+    ]
     common = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job_port(str(os.getpid()))))
-    ranks = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=dict(common, RANK=str(r), LOCAL_RANK=str(r))) for r in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=dict(common, RANK=str(r), LOCAL_RANK=str(r)),
+        )
+        for r in (0, 1)
+    ]
     stdout = ranks[0].communicate(timeout=3600)[0]
     codes = [ranks[0].returncode, ranks[1].wait(timeout=600)]
     return codes, stdout, json.loads(Path(f"{calls}.rank0").read_text())
@@ -56,10 +88,18 @@ def main() -> None:
     if codes != [75, 75] or not stopped:
         sys.exit(f"stop_checks: the ranks exited {codes}, not 75 after a checkpoint:\n{stdout[-2000:]}")
     steps = int(stopped.group(1))
-    row = {"steps": steps, "reductions": len(looks), "steps_per_reduction": steps / len(looks),
-           "wall_s": seconds, "reduction_steps": looks}
-    print(f"{steps} steps, {len(looks)} reductions (one every {steps / len(looks):.1f} steps), {seconds:.0f} s "
-          "in all, start-up included", flush=True)
+    row = {
+        "steps": steps,
+        "reductions": len(looks),
+        "steps_per_reduction": steps / len(looks),
+        "wall_s": seconds,
+        "reduction_steps": looks,
+    }
+    print(
+        f"{steps} steps, {len(looks)} reductions (one every {steps / len(looks):.1f} steps), {seconds:.0f} s "
+        "in all, start-up included",
+        flush=True,
+    )
     print(json.dumps(row))
 
 

@@ -44,11 +44,30 @@ def minilm_dir():
 def command(args, out, fixed, log_every=None):
     """One variant's training run: --steps optimizer steps, the last log line over the second half; the metrics
     but no model written (a benchmark needs no export or weight digests)."""
-    cmd = [sys.executable, "-m", "bert_squad", "--model", str(args.model), "--train-file", str(args.train_file),
-           "--deepspeed-config", args.deepspeed_config, "--max-seq-length", str(args.max_seq_length),
-           "--max-steps", str(args.steps), "--log-every", str(log_every or args.steps // 2), "--no-eval",
-           "--no-export", "--output-dir", str(out), "--cache-dir", str(args.cache_dir)]
-    return cmd + ["--pad-to-max-length"] if fixed else cmd
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_squad",
+        "--model",
+        str(args.model),
+        "--train-file",
+        str(args.train_file),
+        "--deepspeed-config",
+        args.deepspeed_config,
+        "--max-seq-length",
+        str(args.max_seq_length),
+        "--max-steps",
+        str(args.steps),
+        "--log-every",
+        str(log_every or args.steps // 2),
+        "--no-eval",
+        "--no-export",
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(args.cache_dir),
+    ]
+    return [*cmd, "--pad-to-max-length"] if fixed else cmd
 
 
 def run(args, work, fixed):
@@ -76,18 +95,31 @@ def main():
         grouped, fixed = run(args, work, fixed=False), run(args, work, fixed=True)
     g, f = grouped["last_log"], fixed["last_log"]
     rows = [("project batching", g), (f"fixed {args.max_seq_length} padding", f)]
-    print(f"\n{'':24} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
-          f"{grouped['precision']}, world {grouped['world_size']}, batch {grouped['train_batch_size']}")
+    print(
+        f"\n{'':24} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
+        f"{grouped['precision']}, world {grouped['world_size']}, batch {grouped['train_batch_size']}"
+    )
     for name, r in rows:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        print(f"{name:24} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
-              f"{r['tflops_per_device']:12.2f} {mfu:>6}")
-    result = {"samples_per_second": g["samples_per_second"], "fixed_padding_samples_per_second": f["samples_per_second"],
-              "speedup_vs_fixed_padding": g["samples_per_second"] / f["samples_per_second"],
-              "tokens_per_second": g["tokens_per_second"], "mfu": g["mfu"], "fixed_padding_mfu": f["mfu"],
-              "device": grouped["device"], "precision": grouped["precision"], "world_size": grouped["world_size"],
-              "train_batch_size": grouped["train_batch_size"], "steps": args.steps,
-              "max_seq_length": args.max_seq_length, "model": str(args.model)}
+        print(
+            f"{name:24} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
+            f"{r['tflops_per_device']:12.2f} {mfu:>6}"
+        )
+    result = {
+        "samples_per_second": g["samples_per_second"],
+        "fixed_padding_samples_per_second": f["samples_per_second"],
+        "speedup_vs_fixed_padding": g["samples_per_second"] / f["samples_per_second"],
+        "tokens_per_second": g["tokens_per_second"],
+        "mfu": g["mfu"],
+        "fixed_padding_mfu": f["mfu"],
+        "device": grouped["device"],
+        "precision": grouped["precision"],
+        "world_size": grouped["world_size"],
+        "train_batch_size": grouped["train_batch_size"],
+        "steps": args.steps,
+        "max_seq_length": args.max_seq_length,
+        "model": str(args.model),
+    }
     print(json.dumps(result))
 
 

@@ -49,32 +49,46 @@ def require_qa_model(model_dir: PathLike) -> dict[str, Any]:
         raise UserError(f"{Path(model_dir) / 'config.json'}: a model config is a JSON object")
     archs = config.get("architectures") or []
     if not any(str(a).endswith("ForQuestionAnswering") for a in archs):
-        raise UserError(f"{model_dir}: not a question-answering model (architectures: "
-                        f"{', '.join(map(str, archs)) or 'none'}); give the --output-dir of a bert-squad training")
+        raise UserError(
+            f"{model_dir}: not a question-answering model (architectures: "
+            f"{', '.join(map(str, archs)) or 'none'}); give the --output-dir of a bert-squad training"
+        )
     return config
 
 
 class Answerer:
     """A question-answering model with its tokenizer, answering as evaluation does."""
 
-    def __init__(self, module: "PreTrainedModel", tokenizer: "PreTrainedTokenizerFast", device: str = "cpu",
-                 windows: Optional[WindowConfig] = None, postprocess: Optional[PostprocessConfig] = None,
-                 null_answer: bool = False) -> None:
+    def __init__(
+        self,
+        module: "PreTrainedModel",
+        tokenizer: "PreTrainedTokenizerFast",
+        device: str = "cpu",
+        windows: Optional[WindowConfig] = None,
+        postprocess: Optional[PostprocessConfig] = None,
+        null_answer: bool = False,
+    ) -> None:
         try:  # a device this torch was not built for, or that this machine lacks
             self.device = torch.device(device)
             torch.empty(0, device=self.device)
         except (RuntimeError, AssertionError) as err:
             raise UserError(f"device '{device}' is not usable here ({first_line(err)})") from None
-        self.module = module.to(self.device).eval()  # type: ignore[arg-type]  # transformers' decorated `to`
+        self.module = module.to(self.device).eval()
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()
         self.postprocess = postprocess or PostprocessConfig()
         self.null_answer = null_answer  # SQuAD 2.0: "no answer" competes with the spans
 
     @classmethod
-    def from_pretrained(cls, name_or_dir: PathLike, device: str = "cpu", windows: Optional[WindowConfig] = None,
-                        postprocess: Optional[PostprocessConfig] = None, null_answer: Optional[bool] = None,
-                        cache_dir: Optional[str] = None) -> "Answerer":
+    def from_pretrained(
+        cls,
+        name_or_dir: PathLike,
+        device: str = "cpu",
+        windows: Optional[WindowConfig] = None,
+        postprocess: Optional[PostprocessConfig] = None,
+        null_answer: Optional[bool] = None,
+        cache_dir: Optional[str] = None,
+    ) -> "Answerer":
         """`name_or_dir`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
         name already in the cache: nothing is downloaded. `null_answer` defaults to what the model was trained
         on (`bert-squad` writes `version_2_with_negative` into its config)."""
@@ -82,8 +96,9 @@ class Answerer:
         model_config = require_qa_model(model_dir)
         if null_answer is None:
             null_answer = bool(model_config.get("version_2_with_negative", False))
-        return cls(model.load_qa_model(model_dir), model.load_tokenizer(model_dir), device,
-                   windows, postprocess, null_answer)
+        return cls(
+            model.load_qa_model(model_dir), model.load_tokenizer(model_dir), device, windows, postprocess, null_answer
+        )
 
     def predict(self, examples: Examples) -> Predictions:
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
@@ -94,8 +109,9 @@ class Answerer:
         assert result is not None  # one process, so it is rank 0
         return result
 
-    def answer_batch(self, pairs: Iterable[tuple[str, str]], top_k: int = 1,
-                     ids: Optional[Sequence[Any]] = None) -> list[list[Answer]]:
+    def answer_batch(
+        self, pairs: Iterable[tuple[str, str]], top_k: int = 1, ids: Optional[Sequence[Any]] = None
+    ) -> list[list[Answer]]:
         """The `top_k` best answers to each (question, context) pair, best first; one batched pass."""
         pairs = list(pairs)
         ids = [str(i) for i in (ids or range(len(pairs)))]
@@ -105,9 +121,17 @@ class Answerer:
                     raise UserError(f"question {qid}: the {field} is empty")
                 if squad.lone_surrogate(text) is not None:
                     raise UserError(squad.surrogate_line(f"question {qid}: the {field}", text))
-        records = [{"id": qid, "title": "", "question": q, "context": c,
-                    "answers": {"text": [], "answer_start": []}, "is_impossible": False}
-                   for qid, (q, c) in zip(ids, pairs)]
+        records = [
+            {
+                "id": qid,
+                "title": "",
+                "question": q,
+                "context": c,
+                "answers": {"text": [], "answer_start": []},
+                "is_impossible": False,
+            }
+            for qid, (q, c) in zip(ids, pairs)
+        ]
         predictions, nbest, _ = self.predict(Examples(records, "input", self.null_answer))
         return [_ranked(predictions[qid], nbest[qid], top_k) for qid in ids]
 
@@ -177,10 +201,14 @@ def parse(argv: list[str]) -> Asked:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--context", help="the paragraph to answer from")
     src.add_argument("--context-file", help="a text file holding the paragraph")
-    p.add_argument("--input", help="JSON Lines: one {\"question\", \"context\", \"id\"} object per line")
+    p.add_argument("--input", help='JSON Lines: one {"question", "context", "id"} object per line')
     p.add_argument("--top-k", type=int, default=1, help="answers per question, best first")
-    p.add_argument("--version-2-with-negative", action="store_true", default=None,
-                   help="let 'no answer' compete (default: what the model was trained on)")
+    p.add_argument(
+        "--version-2-with-negative",
+        action="store_true",
+        default=None,
+        help="let 'no answer' compete (default: what the model was trained on)",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     config.add_options(p, WindowConfig)
     config.add_options(p, PostprocessConfig)
@@ -196,9 +224,19 @@ def parse(argv: list[str]) -> Asked:
         p.error("--input holds its contexts; --context/--context-file go with --question")
     if args.top_k <= 0:
         p.error(f"--top-k must be positive, not {args.top_k}")
-    return Asked(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
-                 config.from_args(PostprocessConfig, args), args.question, args.context, args.context_file, args.input,
-                 args.top_k, args.version_2_with_negative, args.device, args.json)
+    return Asked(
+        config.from_args(ModelConfig, args),
+        config.from_args(WindowConfig, args),
+        config.from_args(PostprocessConfig, args),
+        args.question,
+        args.context,
+        args.context_file,
+        args.input,
+        args.top_k,
+        args.version_2_with_negative,
+        args.device,
+        args.json,
+    )
 
 
 def _questions(asked: Asked) -> tuple[list[str], list[tuple[str, str]]]:
@@ -243,13 +281,15 @@ def run(asked: Asked) -> int:
     """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
     ids, pairs = _questions(asked)
     device = asked.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    qa = Answerer.from_pretrained(asked.model.model_dir, device, asked.windows, asked.postprocess, asked.null_answer,
-                                  asked.model.cache_dir)
+    qa = Answerer.from_pretrained(
+        asked.model.model_dir, device, asked.windows, asked.postprocess, asked.null_answer, asked.model.cache_dir
+    )
     results = qa.answer_batch(pairs, asked.top_k, ids)
     if not asked.as_json:
         render(ids, pairs, results)
         return 0
     for qid, (question, _), found in zip(ids, pairs, results):
-        print(json.dumps({"id": qid, "question": question, "answers": [a._asdict() for a in found]},
-                         ensure_ascii=False))
+        print(
+            json.dumps({"id": qid, "question": question, "answers": [a._asdict() for a in found]}, ensure_ascii=False)
+        )
     return 0

@@ -8,22 +8,28 @@ makes a resumed run see exactly the batches the interrupted one would have.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-
 
 if TYPE_CHECKING:
     import datasets
 
 
 class BatchPlan:
-    def __init__(self, lengths: Sequence[int], micro_batch: int, world_size: int, rank: int, seed: int,
-                 group_by_length: bool = True, chunk_steps: int = 32, accumulation: int = 1) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        micro_batch: int,
+        world_size: int,
+        rank: int,
+        seed: int,
+        group_by_length: bool = True,
+        chunk_steps: int = 32,
+        accumulation: int = 1,
+    ) -> None:
         self.lengths = np.asarray(lengths)
         self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
         self.seed, self.group_by_length, self.chunk_steps = seed, group_by_length, chunk_steps
@@ -44,11 +50,15 @@ class BatchPlan:
         steps = order.reshape(self.steps, step_size)
         if self.group_by_length:
             chunk = self.chunk_steps * step_size
-            flat = np.concatenate([c[np.argsort(-self.lengths[c], kind="stable")]
-                                   for c in np.split(order, range(chunk, len(order), chunk))])
+            flat = np.concatenate(
+                [
+                    c[np.argsort(-self.lengths[c], kind="stable")]
+                    for c in np.split(order, range(chunk, len(order), chunk))
+                ]
+            )
             steps = flat.reshape(self.steps, step_size)[rng.permutation(self.steps)]
         # Within a step, consecutive (similar-length) micro batches go to consecutive ranks.
-        return [s[self.rank * self.micro_batch:(self.rank + 1) * self.micro_batch].tolist() for s in steps]
+        return [s[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch].tolist() for s in steps]
 
     def stream(self, epoch: int, start: int, per_epoch: int, count: int) -> Iterator[list[int]]:
         """`count` micro batches in a row, the first `per_epoch` of each epoch's, from micro batch `start` of

@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bert_squad import distributed
 
@@ -25,11 +25,11 @@ FILE = "best.json"  # in a checkpoint
 class Best:
     """The best evaluation so far; the same on every rank (metrics: rank 0's only)."""
 
-    step: Optional[int] = None
-    metrics: Optional[dict[str, Any]] = None
+    step: int | None = None
+    metrics: dict[str, Any] | None = None
     evaluations_since: int = 0  # evaluations since the best that did not beat it
-    last_evaluated: Optional[int] = None  # the step of the latest evaluation
-    checkpointed: Optional[int] = None  # the best step when the latest checkpoint was saved: its export stays
+    last_evaluated: int | None = None  # the step of the latest evaluation
+    checkpointed: int | None = None  # the best step when the latest checkpoint was saved: its export stays
 
     def judge(self, step: int, metrics: dict[str, Any] | None) -> bool:
         """Record the evaluation of `step` (`metrics` on rank 0, None elsewhere); True on every rank when it

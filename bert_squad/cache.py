@@ -77,14 +77,18 @@ def find_model(name_or_path: str, cache_dir: str | Path) -> Path:
         raise UserError(f"{path}: no such model directory")
     found = _cached_snapshot(name_or_path, hub_dir(cache_dir)) or _cached_snapshot(name_or_path, None)
     if found is None:
-        raise UserError(f"model '{name_or_path}' is not in the cache {hub_dir(cache_dir)} nor in the Hugging Face "
-                        f"cache: {download_hint(cache_dir, model=name_or_path)}, or give a local model directory")
+        raise UserError(
+            f"model '{name_or_path}' is not in the cache {hub_dir(cache_dir)} nor in the Hugging Face "
+            f"cache: {download_hint(cache_dir, model=name_or_path)}, or give a local model directory"
+        )
     return found
 
 
 def find_dataset(name: str, cache_dir: str | Path) -> Path:
     path = dataset_dir(cache_dir, name)
     if not (path / "dataset_dict.json").exists():
-        raise UserError(f"dataset '{name}' is not in the cache {path}: "
-                        f"{download_hint(cache_dir, dataset=name)}, or give --train-file/--eval-file")
+        raise UserError(
+            f"dataset '{name}' is not in the cache {path}: "
+            f"{download_hint(cache_dir, dataset=name)}, or give --train-file/--eval-file"
+        )
     return path

@@ -27,10 +27,10 @@ import re
 import shutil
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -66,11 +66,11 @@ class Layout:
     """How a checkpoint was written: what resuming it on another world size depends on (None: written
     before the marker recorded it)."""
 
-    world_size: Optional[int] = None
-    train_batch_size: Optional[int] = None
-    gradient_accumulation_steps: Optional[int] = None
-    zero_stage: Optional[int] = None
-    precision: Optional[str] = None
+    world_size: int | None = None
+    train_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    zero_stage: int | None = None
+    precision: str | None = None
     sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
 
 
@@ -96,8 +96,13 @@ class Stamp:
     layout: Layout
 
 
-def stamp(model_name: str, module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, windows: WindowConfig,
-          settings: Settings) -> Stamp:
+def stamp(
+    model_name: str,
+    module: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    windows: WindowConfig,
+    settings: Settings,
+) -> Stamp:
     """The stamp of checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows`, written
     with the DeepSpeed `settings`."""
     shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
@@ -117,9 +122,11 @@ def _rng_state() -> dict[str, Any]:
     (no unpickling of whatever a shared scratch directory holds)."""
     version, mt, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = cast(tuple, np.random.get_state())  # the legacy tuple, by default
-    state = {"python": [version, torch.tensor(mt, dtype=torch.int64), gauss],
-             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": [version, torch.tensor(mt, dtype=torch.int64), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -136,6 +143,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 # --- the file list in the marker -----------------------------------------------------------------
+
 
 def _digest(path: Path, sync: bool = False) -> list[int]:
     """[size, CRC-32] of a file (zlib's CRC: a fraction of what writing the file cost); with `sync`,
@@ -199,8 +207,16 @@ def write_marker(path: str | Path, record: dict[str, Any], files: dict[str, list
 
 # --- save -----------------------------------------------------------------------------------------
 
-def save(engine: Any, output_dir: str | Path, progress: Progress, keep: int, dist: DistEnv, stamp: Stamp,
-         extra: Callable[[Path], None] | None = None) -> Path:
+
+def save(
+    engine: Any,
+    output_dir: str | Path,
+    progress: Progress,
+    keep: int,
+    dist: DistEnv,
+    stamp: Stamp,
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
     """Every rank writes its files and their digests; rank 0 then marks the checkpoint complete, points
     `latest` at it and deletes the checkpoints `keep` no longer covers. `extra(path)`: what else rank 0
     writes into the checkpoint (before the digests, so they cover it)."""
@@ -230,8 +246,18 @@ def save(engine: Any, output_dir: str | Path, progress: Progress, keep: int, dis
         files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
         seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
         written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
-        write_marker(path, {**asdict(progress), **written, "model": stamp.model, "fingerprint": stamp.fingerprint,
-                            "windows": stamp.windows, "seconds": seconds}, files)
+        write_marker(
+            path,
+            {
+                **asdict(progress),
+                **written,
+                "model": stamp.model,
+                "fingerprint": stamp.fingerprint,
+                "windows": stamp.windows,
+                "seconds": seconds,
+            },
+            files,
+        )
         write_text_atomic(root / "latest", tag + "\n")
         shutil.rmtree(superseded, ignore_errors=True)
         prune(root, keep)
@@ -255,6 +281,7 @@ def prune(root: str | Path, keep: int) -> None:
 
 
 # --- find and load --------------------------------------------------------------------------------
+
 
 def layout(path: str | Path) -> Layout:
     """How the checkpoint at `path` was written, from its marker (and its file names)."""
@@ -281,8 +308,9 @@ def intact_at(where: str | Path, hint: str = "") -> Resumable:
         raise UserError(f"{where}: not a complete checkpoint (no '{MARKER}' marker){hint}")
     problem = describe_damage(path)
     if problem:
-        raise UserError(f"{path}: damaged checkpoint: {problem}; take another one (--resume auto takes the "
-                        f"newest intact one)")
+        raise UserError(
+            f"{path}: damaged checkpoint: {problem}; take another one (--resume auto takes the newest intact one)"
+        )
     return Resumable(path, layout(path))
 
 
@@ -296,8 +324,10 @@ def _newest_intact(root: Path, tags: list[str]) -> Resumable | None:
         damaged.append((tag, problem))
     if damaged:
         tag, problem = damaged[0]
-        raise UserError(f"{root}: every complete checkpoint is damaged (the newest, {tag}: {problem}); "
-                        f"move them away to start afresh")
+        raise UserError(
+            f"{root}: every complete checkpoint is damaged (the newest, {tag}: {problem}); "
+            f"move them away to start afresh"
+        )
     return None
 
 
@@ -305,15 +335,19 @@ def check_matches(found: Resumable, stamp: Stamp) -> None:
     """A UserError unless the checkpoint is of this run's model and windows (when its marker says)."""
     marker = _marker(found.path) or {}
     if marker.get("fingerprint") not in (None, stamp.fingerprint):
-        raise UserError(f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
-                        f"vocabulary differ from --model {stamp.model}'s; resume it with that --model, or "
-                        f"start afresh in another --output-dir")
+        raise UserError(
+            f"{found.path}: a checkpoint of another model ({marker['model']}): its parameters or "
+            f"vocabulary differ from --model {stamp.model}'s; resume it with that --model, or "
+            f"start afresh in another --output-dir"
+        )
     for key, value in marker.get("windows", {}).items():
         if stamp.windows.get(key) != value:
             flag = "--" + key.replace("_", "-")
-            raise UserError(f"{found.path}: written with {flag} {value}, this run has {stamp.windows.get(key)}: "
-                            f"its data position counts those windows; resume with {flag} {value}, or start "
-                            f"afresh in another --output-dir")
+            raise UserError(
+                f"{found.path}: written with {flag} {value}, this run has {stamp.windows.get(key)}: "
+                f"its data position counts those windows; resume with {flag} {value}, or start "
+                f"afresh in another --output-dir"
+            )
 
 
 def load(engine: Any, found: Resumable, dist: DistEnv, source: tuple[Path, str] | None = None) -> Progress:

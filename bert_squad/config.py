@@ -16,8 +16,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional, TypeVar, cast
 
-from bert_squad.cache import resolve_cache_dir
 from bert_squad import commands
+from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
 
@@ -25,8 +25,14 @@ from bert_squad.metrics import LANGUAGES
 HUB_DATASETS = {"squad": False, "squad_v2": True}
 
 
-def option(default: Any, help: str, flag: Optional[str] = None, sweep: str = "grid", aliases: tuple[str, ...] = (),
-           **kwargs: Any) -> Any:
+def option(
+    default: Any,
+    help: str,
+    flag: Optional[str] = None,
+    sweep: str = "grid",
+    aliases: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Any:
     """A dataclass field that is also a command-line option (`flag` defaults to --field-name; `aliases` are
     other spellings it still takes, shown after it in the help).
 
@@ -63,21 +69,23 @@ class DataConfig:
     model: str = option("bert-base-uncased", "hub name (from the cache) or local model directory", sweep="common")
     dataset: str = option("squad", "hub dataset in the cache: squad or squad_v2", sweep="common")
     train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset", sweep="common")
-    eval_file: Optional[str] = option(None, "local SQuAD JSON to evaluate on (default: the dataset's validation "
-                                            "split)", sweep="common")
+    eval_file: Optional[str] = option(
+        None, "local SQuAD JSON to evaluate on (default: the dataset's validation split)", sweep="common"
+    )
     cache_dir: str = cache_dir_option()  # None (the default) is resolved here
-    output_dir: str = option("runs/bert-squad", "where the model, metrics, predictions and checkpoints go",
-                             sweep="per-run")
-    strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, "
-                                 "not a skip")
+    output_dir: str = option(
+        "runs/bert-squad", "where the model, metrics, predictions and checkpoints go", sweep="per-run"
+    )
+    strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
-    no_export: bool = option(False, "write the metrics but no model: no export and no weight digests "
-                                    "(benchmarks)")
+    no_export: bool = option(False, "write the metrics but no model: no export and no weight digests (benchmarks)")
 
     def __post_init__(self) -> None:
         if self.dataset not in HUB_DATASETS:
-            raise UserError(f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
-                            f"or give --train-file/--eval-file")
+            raise UserError(
+                f"unknown dataset '{self.dataset}': choose one of {', '.join(HUB_DATASETS)} "
+                f"or give --train-file/--eval-file"
+            )
         # resolved once here, so every part of the run sees the same cache
         object.__setattr__(self, "cache_dir", resolve_cache_dir(self.cache_dir))
 
@@ -87,31 +95,41 @@ class WindowConfig:
     """windows: how a question and a long context become model inputs"""
 
     max_seq_length: int = option(384, "tokens per window (question + context + special tokens)")
-    doc_stride: int = option(None, "tokens shared by consecutive windows of a long context "  # None: resolved here
-                                   "(default: 128, or less where --max-seq-length leaves less room)")
+    doc_stride: int = option(
+        None,
+        "tokens shared by consecutive windows of a long context "  # None: resolved here
+        "(default: 128, or less where --max-seq-length leaves less room)",
+    )
     max_query_length: int = option(64, "questions are cut to this many tokens")
 
     def __post_init__(self) -> None:
         _positive(self, "max_seq_length", "max_query_length")
         room = self.max_seq_length - self.max_query_length - 3  # [CLS] question [SEP] context [SEP]
         if room < 2:
-            raise UserError(f"--max-seq-length {self.max_seq_length} leaves no room for context after "
-                            f"--max-query-length {self.max_query_length} and 3 special tokens")
+            raise UserError(
+                f"--max-seq-length {self.max_seq_length} leaves no room for context after "
+                f"--max-query-length {self.max_query_length} and 3 special tokens"
+            )
         stride = min(128, room // 2) if self.doc_stride is None else self.doc_stride
         object.__setattr__(self, "doc_stride", stride)
         _positive(self, "doc_stride")
         if stride >= room:
-            raise UserError(f"--doc-stride {stride} must leave room for context: it has to be smaller "
-                            f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})")
+            raise UserError(
+                f"--doc-stride {stride} must leave room for context: it has to be smaller "
+                f"than --max-seq-length minus --max-query-length minus 3 special tokens ({room})"
+            )
 
 
 @dataclass(frozen=True)
 class PreprocessConfig:
     """preprocessing: how features are built"""
 
-    preprocessing_workers: Optional[int] = option(None, "processes that build features (default: one per core this "
-                                                        "rank may use); the cached features are the same for any",
-                                                  sweep="common")
+    preprocessing_workers: Optional[int] = option(
+        None,
+        "processes that build features (default: one per core this "
+        "rank may use); the cached features are the same for any",
+        sweep="common",
+    )
 
     def __post_init__(self) -> None:
         if self.preprocessing_workers is not None:
@@ -123,12 +141,19 @@ class PostprocessConfig:
     """answers: how window logits become one answer per question, and how answers are scored"""
 
     max_answer_length: int = option(30, "longest answer span, in tokens")
-    null_score_diff_threshold: float = option(0.0, "SQuAD v2.0: predict no answer when the null score beats "
-                                                   "the best span by more than this")
+    null_score_diff_threshold: float = option(
+        0.0, "SQuAD v2.0: predict no answer when the null score beats the best span by more than this"
+    )
     # how answers are compared with the references (metrics.normalize_answer)
-    lang: Optional[str] = option(None, f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: "
-                                       f"Unicode punctuation, the language's articles, zh per character) instead of "
-                                       f"SQuAD's English one", choices=LANGUAGES, metavar="LANG", sweep="common")
+    lang: Optional[str] = option(
+        None,
+        f"score with MLQA's normalization for this language ({', '.join(LANGUAGES)}: "
+        f"Unicode punctuation, the language's articles, zh per character) instead of "
+        f"SQuAD's English one",
+        choices=LANGUAGES,
+        metavar="LANG",
+        sweep="common",
+    )
 
     def __post_init__(self) -> None:
         _positive(self, "max_answer_length")
@@ -139,19 +164,27 @@ class PostprocessConfig:
 class TrainConfig:
     """training"""
 
-    deepspeed_config: str = option("ds_fp32", "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, "
-                                              "ds_zero2, ds_zero3) or a JSON file", metavar="NAME_OR_FILE",
-                                     aliases=("--deepspeed_config",))  # DeepSpeed's own scripts spell it so
+    deepspeed_config: str = option(
+        "ds_fp32",
+        "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, ds_zero2, ds_zero3) or a JSON file",
+        metavar="NAME_OR_FILE",
+        aliases=("--deepspeed_config",),
+    )  # DeepSpeed's own scripts spell it so
     epochs: float = option(2.0, "passes over the training features")
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
-    warmup_ratio: float = option(0.1, "fills a scheduler warmup_num_steps of \"auto\"")
+    warmup_ratio: float = option(0.1, 'fills a scheduler warmup_num_steps of "auto"')
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
-    keep_best: bool = option(False, "with --eval-every: the model written at the end is the evaluated step's with "
-                                    "the best dev F1 (a tie keeps the earlier step), not the last step's")
-    early_stopping: int = option(0, "with --eval-every: end the run after N evaluations without a better dev F1, "
-                                    "keeping the best model (0: never)")
+    keep_best: bool = option(
+        False,
+        "with --eval-every: the model written at the end is the evaluated step's with "
+        "the best dev F1 (a tie keeps the earlier step), not the last step's",
+    )
+    early_stopping: int = option(
+        0,
+        "with --eval-every: end the run after N evaluations without a better dev F1, keeping the best model (0: never)",
+    )
     log_every: int = option(20, "log a line every N optimizer steps")
 
     @property
@@ -176,10 +209,12 @@ class FaultConfig:
     """fault tolerance"""
 
     checkpoint_every: int = option(0, "save a checkpoint every N optimizer steps (0: only when stopped)")
-    keep_checkpoints: int = option(2, "intact checkpoints kept; older ones (and damaged ones) are deleted once a "
-                                      "newer one is complete")
-    resume: Optional[str] = option(None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path",
-                                   sweep="per-run")
+    keep_checkpoints: int = option(
+        2, "intact checkpoints kept; older ones (and damaged ones) are deleted once a newer one is complete"
+    )
+    resume: Optional[str] = option(
+        None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path", sweep="per-run"
+    )
     dist_timeout: int = option(600, "seconds a collective may wait for a lost rank")
 
     def __post_init__(self) -> None:
@@ -212,17 +247,27 @@ class RunConfig:
     speed: SpeedConfig
 
 
-TRAINING_GROUPS = {"data": DataConfig, "windows": WindowConfig, "preprocess": PreprocessConfig,
-                   "postprocess": PostprocessConfig,
-                   "train": TrainConfig, "faults": FaultConfig, "speed": SpeedConfig}
+TRAINING_GROUPS = {
+    "data": DataConfig,
+    "windows": WindowConfig,
+    "preprocess": PreprocessConfig,
+    "postprocess": PostprocessConfig,
+    "train": TrainConfig,
+    "faults": FaultConfig,
+    "speed": SpeedConfig,
+}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """model: a trained question-answering model, for the commands that load one"""
 
-    model_dir: str = option(None, "a trained model: its directory (a bert-squad --output-dir) or a hub name in the "
-                                  "cache", aliases=("--model-file",), required=True)
+    model_dir: str = option(
+        None,
+        "a trained model: its directory (a bert-squad --output-dir) or a hub name in the cache",
+        aliases=("--model-file",),
+        required=True,
+    )
     cache_dir: Optional[str] = cache_dir_option()
 
 
@@ -233,8 +278,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.add_argument(DEBUG_FLAG, action="store_true", help="tracebacks on errors, and DeepSpeed's info logging "
-                                                                "(also BERT_SQUAD_DEBUG=1)")
+        self.add_argument(
+            DEBUG_FLAG,
+            action="store_true",
+            help="tracebacks on errors, and DeepSpeed's info logging (also BERT_SQUAD_DEBUG=1)",
+        )
 
     def error(self, message: str) -> NoReturn:
         raise UserError(message)
@@ -261,8 +309,13 @@ def training_options() -> dict[str, Option]:
     return {o.flag: o for cls in TRAINING_GROUPS.values() for o in map(_option, dataclasses.fields(cls))}
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, several: Collection[str] = (),
-                without: Collection[str] = (), only: Optional[Collection[str]] = None) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    several: Collection[str] = (),
+    without: Collection[str] = (),
+    only: Optional[Collection[str]] = None,
+) -> None:
     """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
     (a command that builds one `cls` for each of several inputs), those in `without` (or not in `only`) are
     not offered (a command they mean nothing to: they keep their defaults)."""
@@ -277,8 +330,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type, several: Collection[
         if opt.type is bool:
             group.add_argument(*flags, dest=f.name, action="store_true", **meta)
         else:
-            group.add_argument(*flags, dest=f.name, type=opt.type, default=f.default,
-                               nargs="+" if f.name in several else None, **meta)
+            group.add_argument(
+                *flags, dest=f.name, type=opt.type, default=f.default, nargs="+" if f.name in several else None, **meta
+            )
 
 
 Group = TypeVar("Group")
@@ -293,8 +347,9 @@ def training_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="bert-squad",
         description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
-                    f"{', '.join(commands.listed())} (bert-squad CMD --help). `--download-only` runs `download` "
-                    "and `--print-config` runs `config` with the same arguments.")
+        f"{', '.join(commands.listed())} (bert-squad CMD --help). `--download-only` runs `download` "
+        "and `--print-config` runs `config` with the same arguments.",
+    )
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's

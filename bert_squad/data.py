@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from bert_squad import cache, squad
 from bert_squad.config import HUB_DATASETS, DataConfig
@@ -34,10 +34,15 @@ class Examples:
 
     def skip_summary(self) -> str:
         """What reading left out (and repaired, where it did), as the start-up lines say it."""
-        repaired = (f", {len(self.repaired_ids)} repaired (lone UTF-16 surrogates replaced by U+FFFD)"
-                    if self.repaired_ids else "")
-        return (f"{len(self.skipped_ids)} questions skipped (answer_start off its text), "
-                f"{len(self.empty_question_ids)} skipped (empty question){repaired}")
+        repaired = (
+            f", {len(self.repaired_ids)} repaired (lone UTF-16 surrogates replaced by U+FFFD)"
+            if self.repaired_ids
+            else ""
+        )
+        return (
+            f"{len(self.skipped_ids)} questions skipped (answer_start off its text), "
+            f"{len(self.empty_question_ids)} skipped (empty question){repaired}"
+        )
 
 
 def _require(obj: Any, key: str, kind: type, where: str, default: Any = None) -> Any:
@@ -70,20 +75,30 @@ def _question(qa: Any, context: str, path: Path, where: str, labelled: bool = Tr
         raise _Skip("empty", f"{qwhere}: empty question")
     impossible = _require(qa, "is_impossible", bool, qwhere, default=False)
     if not labelled:
-        return {"id": qid, "question": question, "answers": {"text": [], "answer_start": []},
-                "is_impossible": impossible}
+        return {
+            "id": qid,
+            "question": question,
+            "answers": {"text": [], "answer_start": []},
+            "is_impossible": impossible,
+        }
     answers = _require(qa, "answers", list, qwhere)
     if not answers and not impossible:
         raise UserError(f"{qwhere}: no answers, and not marked is_impossible")
     if answers and impossible:
-        raise UserError(f"{qwhere}: is_impossible is true, yet it has answers (SQuAD 2.0 keeps those of an "
-                        f"unanswerable question under 'plausible_answers')")
+        raise UserError(
+            f"{qwhere}: is_impossible is true, yet it has answers (SQuAD 2.0 keeps those of an "
+            f"unanswerable question under 'plausible_answers')"
+        )
     texts = [_require(ans, "text", str, qwhere + " answer") for ans in answers]
     starts = [_require(ans, "answer_start", int, qwhere + " answer") for ans in answers]
-    if any(context[s:s + len(t)] != t or not t.strip() for t, s in zip(texts, starts)):
+    if any(context[s : s + len(t)] != t or not t.strip() for t, s in zip(texts, starts)):
         raise _Skip("offset", f"{qwhere}: answer_start does not point at the answer text")
-    return {"id": qid, "question": question, "answers": {"text": texts, "answer_start": starts},
-            "is_impossible": impossible}
+    return {
+        "id": qid,
+        "question": question,
+        "answers": {"text": texts, "answer_start": starts},
+        "is_impossible": impossible,
+    }
 
 
 def _repaired(record: squad.Record, path: Path, strict: bool) -> tuple[squad.Record, bool]:
@@ -92,20 +107,34 @@ def _repaired(record: squad.Record, path: Path, strict: bool) -> tuple[squad.Rec
     for one, so every answer_start still points at its answer. An id is not repaired (predictions are filed
     under it), nor anything with `strict`: one error line instead."""
     if squad.lone_surrogate(record["id"]) is not None:
-        raise UserError(squad.surrogate_line(f"{path}: question id {record['id']!r}", record["id"],
-                                             "no predictions file can name it"))
-    texts = [("question", record["question"]), ("context", record["context"]), ("title", record["title"]),
-             *(("answer", t) for t in record["answers"]["text"])]
+        raise UserError(
+            squad.surrogate_line(
+                f"{path}: question id {record['id']!r}", record["id"], "no predictions file can name it"
+            )
+        )
+    texts = [
+        ("question", record["question"]),
+        ("context", record["context"]),
+        ("title", record["title"]),
+        *(("answer", t) for t in record["answers"]["text"]),
+    ]
     damaged = next(((name, t) for name, t in texts if squad.lone_surrogate(t) is not None), None)
     if damaged is None:
         return record, False
     if strict:
-        raise UserError(squad.surrogate_line(f"{path}: question {record['id']}: its {damaged[0]}", damaged[1]) +
-                        " (--strict; drop --strict to replace such characters by U+FFFD)")
+        raise UserError(
+            squad.surrogate_line(f"{path}: question {record['id']}: its {damaged[0]}", damaged[1])
+            + " (--strict; drop --strict to replace such characters by U+FFFD)"
+        )
     fix = squad.without_lone_surrogates
     answers = dict(record["answers"], text=[fix(t) for t in record["answers"]["text"]])
-    return dict(record, question=fix(record["question"]), context=fix(record["context"]),
-                title=fix(record["title"]), answers=answers), True
+    return dict(
+        record,
+        question=fix(record["question"]),
+        context=fix(record["context"]),
+        title=fix(record["title"]),
+        answers=answers,
+    ), True
 
 
 def _paragraphs(doc: Any, path: Path) -> Iterator[tuple[str, str, list[Any], str]]:
@@ -136,8 +165,11 @@ def read_squad(path: str | Path, strict: bool = False, labelled: bool = True) ->
     for title, context, qas, where in _paragraphs(doc, path):
         for q, qa in enumerate(qas):
             try:
-                record = {"title": title, "context": context,
-                          **_question(qa, context, path, f"{where} question {q}", labelled)}
+                record = {
+                    "title": title,
+                    "context": context,
+                    **_question(qa, context, path, f"{where} question {q}", labelled),
+                }
                 record, repaired = _repaired(record, path, strict)
                 records.append(record)
                 skipped["repaired"] += [record["id"]] if repaired else []
@@ -151,8 +183,9 @@ def read_squad(path: str | Path, strict: bool = False, labelled: bool = True) ->
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise UserError(f"{path}: question id {dup} appears more than once")
-    return Examples(records, str(path), squad.is_squad_v2(doc), skipped["offset"], skipped["empty"],
-                    skipped["repaired"])
+    return Examples(
+        records, str(path), squad.is_squad_v2(doc), skipped["offset"], skipped["empty"], skipped["repaired"]
+    )
 
 
 def load_hub_split(name: str, split: str, cache_dir: str) -> Examples:
@@ -163,15 +196,16 @@ def load_hub_split(name: str, split: str, cache_dir: str) -> Examples:
     ds = datasets.load_from_disk(str(path))[split]
     records = [dict(r, is_impossible=not r["answers"]["text"]) for r in ds]
     empty = [r["id"] for r in records if not r["question"].strip()]
-    return Examples([r for r in records if r["question"].strip()], f"{name}[{split}]", HUB_DATASETS[name],
-                    empty_question_ids=empty)
+    return Examples(
+        [r for r in records if r["question"].strip()], f"{name}[{split}]", HUB_DATASETS[name], empty_question_ids=empty
+    )
 
 
 class Splits(NamedTuple):
     """A run's examples."""
 
     train: Examples
-    dev: Optional[Examples]  # None with --no-eval, or with a --train-file and no --eval-file
+    dev: Examples | None  # None with --no-eval, or with a --train-file and no --eval-file
 
 
 def load_examples(data: DataConfig) -> Splits:
@@ -181,6 +215,9 @@ def load_examples(data: DataConfig) -> Splits:
         dev = read_squad(data.eval_file, strict=data.strict) if data.eval_file else None
     else:
         train = load_hub_split(data.dataset, "train", data.cache_dir)
-        dev = (read_squad(data.eval_file, strict=data.strict) if data.eval_file
-               else load_hub_split(data.dataset, "validation", data.cache_dir))
+        dev = (
+            read_squad(data.eval_file, strict=data.strict)
+            if data.eval_file
+            else load_hub_split(data.dataset, "validation", data.cache_dir)
+        )
     return Splits(train, None if data.no_eval else dev)

@@ -7,17 +7,15 @@ wrong interface on many clusters).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-from collections.abc import Iterator, Mapping, Sequence
-
 import contextlib
 import os
 import socket
 import time
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import hostlist
 import torch
@@ -82,7 +80,7 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
     if ("RANK" in env) != ("WORLD_SIZE" in env):  # only a person sets one of them: each launcher sets both
         given, missing = ("RANK", "WORLD_SIZE") if "RANK" in env else ("WORLD_SIZE", "RANK")
         raise UserError(f"{given}={env[given]} is set without {missing}: set both, or neither")
-    for launcher, rank_var, size_var, local_var in SOURCES:
+    for launcher, rank_var, size_var, local_var in SOURCES:  # noqa: B007 (the one it breaks at is read after it)
         if rank_var in env and size_var in env:
             size = env_number(env, size_var, low=1)
             rank = env_number(env, rank_var, high=size - 1, of=f" (with {size_var}={env[size_var]})")
@@ -100,8 +98,10 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
     elif size == 1 or _single_node(env, size):
         addr = "127.0.0.1"
     else:
-        raise UserError("cannot tell the master address of a multi-node run: set MASTER_ADDR "
-                        "(the Slurm templates set it from SLURM_JOB_NODELIST)")
+        raise UserError(
+            "cannot tell the master address of a multi-node run: set MASTER_ADDR "
+            "(the Slurm templates set it from SLURM_JOB_NODELIST)"
+        )
     if "MASTER_PORT" in env:
         port = env_number(env, "MASTER_PORT", low=1, high=65535)
     elif "SLURM_JOB_ID" in env:
@@ -162,8 +162,9 @@ def process_group(dist: DistEnv, timeout_s: float = 600) -> Iterator[torch.devic
     (an API user, the in-process CLI fuzz) failed on the stale clone in deepspeed.initialize. The rank
     variables are the process's only while the group lives."""
     previous = {var: os.environ.get(var) for var in RANK_VARS}
-    os.environ.update(zip(RANK_VARS, map(str, (dist.rank, dist.world_size, dist.local_rank, dist.master_addr,
-                                               dist.master_port))))
+    os.environ.update(
+        zip(RANK_VARS, map(str, (dist.rank, dist.world_size, dist.local_rank, dist.master_addr, dist.master_port)))
+    )
     ok = False
     try:
         yield _init(dist, timeout_s)
@@ -193,9 +194,13 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     else:
         acc.set_device(dist.local_rank % acc.device_count())
         device = torch.device(acc.device_name(dist.local_rank % acc.device_count()))
-    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False,
-                               timeout=timedelta(seconds=timeout_s), rank=dist.rank,
-                               world_size=dist.world_size)
+    deepspeed.init_distributed(
+        dist_backend=acc.communication_backend_name(),
+        auto_mpi_discovery=False,
+        timeout=timedelta(seconds=timeout_s),
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
     if transport.asked():
         barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
         transport.report(dist.rank, transport.log_path())

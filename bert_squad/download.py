@@ -25,7 +25,7 @@ def download_model(name: str, cache_dir: str) -> Path:
     hub = str(cache.hub_dir(cache_dir))
     path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS))
     if not any(path.glob("*.safetensors")):  # an older repo with PyTorch pickles only
-        path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_PATTERNS + ["pytorch_model*.bin"]))
+        path = Path(snapshot_download(name, cache_dir=hub, allow_patterns=[*HUB_PATTERNS, "pytorch_model*.bin"]))
     return path
 
 
@@ -55,11 +55,15 @@ def download(cfg: RunConfig) -> int:
     try:
         huggingface_hub.model_info(data.model, timeout=10)
     except RepositoryNotFoundError:  # reached, but no such model (a typo, or private)
-        raise UserError(f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
-                        f"visible without a token): check its name") from None
+        raise UserError(
+            f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
+            f"visible without a token): check its name"
+        ) from None
     except Exception as err:  # any other failure here means: no usable hub from this machine
-        raise UserError(f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
-                        f"--download-only needs internet (a login node), compute nodes then run offline") from None
+        raise UserError(
+            f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
+            f"--download-only needs internet (a login node), compute nodes then run offline"
+        ) from None
     print(f"model -> {download_model(data.model, data.cache_dir)}")
     if not data.train_file:
         print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")

@@ -13,17 +13,17 @@ error naming the keys. Scheduler values written "auto" are filled in from the ru
 How a checkpoint of another world resumes with this config is resume.py's decision.
 """
 
+import copy
 import difflib
 import functools
 import importlib.util
-import copy
 import json
 import logging
 import math
 from collections.abc import KeysView, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType, ModuleType
 from pathlib import Path
+from types import MappingProxyType, ModuleType
 from typing import Any, Optional
 
 from bert_squad.errors import UserError, first_line
@@ -71,7 +71,7 @@ class _RecordingKeys(KeysView):
         return key in self._mapping
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def deepspeed_keys() -> frozenset[str]:
     """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
     DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
@@ -96,8 +96,7 @@ def locate(name_or_path: PathLike, base: PathLike = ".") -> Path:
     shipped = SHIPPED_DIR / (path.name if path.suffix == ".json" else path.name + ".json")
     if path.parent == Path(".") and shipped.is_file():
         return shipped
-    raise UserError(f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of "
-                    f"{', '.join(shipped_names())})")
+    raise UserError(f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of {', '.join(shipped_names())})")
 
 
 def load(name_or_path: PathLike) -> dict[str, Any]:
@@ -195,13 +194,19 @@ class Settings(_Sections):
     def finish(self, total_steps: int, warmup_ratio: float) -> DeepSpeedConfig:
         """The finished config of a run of `total_steps` optimizer steps."""
         cfg = copy.deepcopy(dict(self.values))
-        cfg.update(train_micro_batch_size_per_gpu=self.batch.micro, train_batch_size=self.batch.size,
-                   gradient_accumulation_steps=self.batch.accumulation)
+        cfg.update(
+            train_micro_batch_size_per_gpu=self.batch.micro,
+            train_batch_size=self.batch.size,
+            gradient_accumulation_steps=self.batch.accumulation,
+        )
         for section in FILE_MONITORS:
             if cfg.get(section, {}).get("enabled") and not cfg[section].get("output_path"):
                 cfg[section]["output_path"] = str(self.monitor_dir)
-        fills = {"total_num_steps": total_steps, "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
-                 "warmup_max_lr": self.learning_rate}
+        fills = {
+            "total_num_steps": total_steps,
+            "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
+            "warmup_max_lr": self.learning_rate,
+        }
         params = cfg.get("scheduler", {}).get("params", {})
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
         if self.load_universal:
@@ -221,24 +226,29 @@ def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
     gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
     if "train_micro_batch_size_per_gpu" in cfg:
         micro = _positive_int(cfg, "train_micro_batch_size_per_gpu", path)
-        if "train_batch_size" in cfg and _positive_int(cfg, "train_batch_size", path) != Batch(micro, gas, world_size).size:
+        if (
+            "train_batch_size" in cfg
+            and _positive_int(cfg, "train_batch_size", path) != Batch(micro, gas, world_size).size
+        ):
             raise UserError(
                 f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {micro} "
                 f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
-                f"to derive it")
+                f"to derive it"
+            )
         return Batch(micro, gas, world_size)
     total, per_sample = _positive_int(cfg, "train_batch_size", path), Batch(1, gas, world_size)
     if total % per_sample.size:
-        raise UserError(f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
-                        f"{gas} x world size {world_size}")
+        raise UserError(
+            f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
+            f"{gas} x world size {world_size}"
+        )
     return Batch(total // per_sample.size, gas, world_size)
 
 
 def _check_values(cfg: Mapping[str, Any], path: PathLike, has_gpu: bool) -> None:
     """Precision against this machine, the ZeRO stage and the learning rate."""
     if cfg.get("fp16", {}).get("enabled") and not has_gpu:
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use "
-                        f"ds_fp32 or ds_bf16")
+        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32 or ds_bf16")
     if cfg.get("fp16", {}).get("enabled") and cfg.get("bf16", {}).get("enabled"):
         raise UserError(f"{path}: fp16.enabled and bf16.enabled are both true; choose one")
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
@@ -294,8 +304,10 @@ def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
     cls: type
     known = isinstance(name, str) and (name.lower() in DEEPSPEED_OPTIMIZERS or _torch_class(torch.optim, name))
     if not known:
-        raise UserError(f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
-                        f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD")
+        raise UserError(
+            f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
+            f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD"
+        )
     betas = params.get("betas", [0.9, 0.999])
     if not (isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas)):
         raise UserError(f"{path}: optimizer.params.betas must be two numbers such as [0.9, 0.999], not {betas!r}")
@@ -324,11 +336,18 @@ def _check_scheduler(cfg: Mapping[str, Any], path: PathLike, learning_rate: Opti
     if not section:
         return
     name = section.get("type")
-    cls = (getattr(lr_schedules, name) if name in lr_schedules.VALID_LR_SCHEDULES else
-           _torch_class(torch.optim.lr_scheduler, name) if isinstance(name, str) else None)
+    cls = (
+        getattr(lr_schedules, name)
+        if name in lr_schedules.VALID_LR_SCHEDULES
+        else _torch_class(torch.optim.lr_scheduler, name)
+        if isinstance(name, str)
+        else None
+    )
     if cls is None:
-        raise UserError(f"{path}: scheduler.type {name!r} is not one DeepSpeed recognises: one of "
-                        f"{', '.join(lr_schedules.VALID_LR_SCHEDULES)}, or a torch.optim.lr_scheduler class")
+        raise UserError(
+            f"{path}: scheduler.type {name!r} is not one DeepSpeed recognises: one of "
+            f"{', '.join(lr_schedules.VALID_LR_SCHEDULES)}, or a torch.optim.lr_scheduler class"
+        )
     stand_ins = {"total_num_steps": 10, "warmup_num_steps": 1, "warmup_max_lr": learning_rate or 1e-3}
     params = {k: stand_ins.get(k, 1) if v == "auto" else v for k, v in section.get("params", {}).items()}
     quiet = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
@@ -348,8 +367,15 @@ def _torch_class(module: ModuleType, name: str) -> Optional[type]:
     return found if isinstance(found, type) else None
 
 
-def settings(raw: Mapping[str, Any], path: PathLike, *, world_size: int, has_gpu: bool,
-             learning_rate: Optional[float] = None, output_dir: PathLike = ".") -> Settings:
+def settings(
+    raw: Mapping[str, Any],
+    path: PathLike,
+    *,
+    world_size: int,
+    has_gpu: bool,
+    learning_rate: Optional[float] = None,
+    output_dir: PathLike = ".",
+) -> Settings:
     """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
@@ -360,9 +386,14 @@ def settings(raw: Mapping[str, Any], path: PathLike, *, world_size: int, has_gpu
     batch = _batch(cfg, path, world_size)
     _check_values(cfg, path, has_gpu)
     # DeepSpeed would check train_batch_size for one process; _batch did, for this world size.
-    _check_with_deepspeed({**{k: v for k, v in cfg.items() if k != "train_batch_size"},
-                           "train_micro_batch_size_per_gpu": batch.micro,
-                           "gradient_accumulation_steps": batch.accumulation}, path)
+    _check_with_deepspeed(
+        {
+            **{k: v for k, v in cfg.items() if k != "train_batch_size"},
+            "train_micro_batch_size_per_gpu": batch.micro,
+            "gradient_accumulation_steps": batch.accumulation,
+        },
+        path,
+    )
     _check_monitors(cfg, path)
     lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
     _check_optimizer(cfg, path)

@@ -3,7 +3,8 @@
 import os
 import sys
 import traceback
-from typing import Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Callable, Optional
 
 EXIT_USAGE = 2
 DEBUG_FLAG = "--debug"  # every command's (config.ArgumentParser adds it); read here before any parsing

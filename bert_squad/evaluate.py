@@ -44,14 +44,19 @@ class Predictions(NamedTuple):
     null_odds: Optional[dict[str, float]]  # SQuAD 2.0: question id -> null score minus the best span's; else None
 
 
-def predict_logits(module: "PreTrainedModel", features: "datasets.Dataset", device: torch.device, pad_id: int,
-                   dist: Optional[DistEnv] = None,
-                   batch_size: int = EVAL_BATCH) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
+def predict_logits(
+    module: "PreTrainedModel",
+    features: "datasets.Dataset",
+    device: torch.device,
+    pad_id: int,
+    dist: Optional[DistEnv] = None,
+    batch_size: int = EVAL_BATCH,
+) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = [len(ids) for ids in features["input_ids"]]
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     collate = Collator(pad_id, labels=False)
     inputs = features.select_columns(collate.columns(features))
     was_training = module.training
@@ -69,7 +74,7 @@ def predict_logits(module: "PreTrainedModel", features: "datasets.Dataset", devi
             if i >= len(batches):
                 continue
             for j, f in enumerate(b):
-                mine[f] = (start[j, :lengths[f]], end[j, :lengths[f]])
+                mine[f] = (start[j, : lengths[f]], end[j, : lengths[f]])
     module.train(was_training)
     parts = distributed.gather_to_rank0(mine, dist) if dist else [mine]
     if parts is None:
@@ -78,18 +83,31 @@ def predict_logits(module: "PreTrainedModel", features: "datasets.Dataset", devi
     return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
 
 
-def predict(module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset", device: torch.device,
-            pad_id: int, postprocess: PostprocessConfig, dist: Optional[DistEnv] = None) -> Optional[Predictions]:
+def predict(
+    module: "PreTrainedModel",
+    examples: Examples,
+    features: "datasets.Dataset",
+    device: torch.device,
+    pad_id: int,
+    postprocess: PostprocessConfig,
+    dist: Optional[DistEnv] = None,
+) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
     and answering share it."""
     logits = predict_logits(module, features, device, pad_id, dist)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
-    return Predictions(*postprocess_predictions(
-        examples.records, meta, *logits, version_2_with_negative=examples.version_2,
-        max_answer_length=postprocess.max_answer_length,
-        null_score_diff_threshold=postprocess.null_score_diff_threshold))
+    return Predictions(
+        *postprocess_predictions(
+            examples.records,
+            meta,
+            *logits,
+            version_2_with_negative=examples.version_2,
+            max_answer_length=postprocess.max_answer_length,
+            null_score_diff_threshold=postprocess.null_score_diff_threshold,
+        )
+    )
 
 
 def write_predictions(output_dir: PathLike, result: Predictions) -> None:
@@ -102,20 +120,29 @@ def write_predictions(output_dir: PathLike, result: Predictions) -> None:
         write_json_atomic(out / outputs.NULL_ODDS, null_odds)
 
 
-def evaluate(module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset", device: torch.device,
-             pad_id: int, postprocess: PostprocessConfig, dist: DistEnv,
-             output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
+def evaluate(
+    module: "PreTrainedModel",
+    examples: Examples,
+    features: "datasets.Dataset",
+    device: torch.device,
+    pad_id: int,
+    postprocess: PostprocessConfig,
+    dist: DistEnv,
+    output_dir: Optional[PathLike] = None,
+) -> Optional[dict[str, Any]]:
     """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
     result = predict(module, examples, features, device, pad_id, postprocess, dist)
     if result is None:
         return None
     predictions, _, null_odds = result
-    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds,
-                    lang=postprocess.lang)
+    metrics = score(
+        to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds, lang=postprocess.lang
+    )
     if output_dir is not None:
         write_predictions(output_dir, result)
-        write_json_atomic(Path(output_dir) / outputs.EVAL_METRICS, dict(metrics, eval_file=examples.source,
-                                                                         questions=len(examples)))
+        write_json_atomic(
+            Path(output_dir) / outputs.EVAL_METRICS, dict(metrics, eval_file=examples.source, questions=len(examples))
+        )
     return metrics
 
 
@@ -138,8 +165,9 @@ class Evaluation(NamedTuple):
     postprocess: list[PostprocessConfig]  # one for each eval file (each its --lang)
 
 
-def parser(prog: str, description: Optional[str],
-           inputs: Callable[[argparse.ArgumentParser], Any]) -> config.ArgumentParser:
+def parser(
+    prog: str, description: Optional[str], inputs: Callable[[argparse.ArgumentParser], Any]
+) -> config.ArgumentParser:
     """The options `evaluate` and `predict` share; `inputs` adds the command's own input option."""
     p = config.ArgumentParser(prog=prog, description=description)
     config.add_options(p, ModelConfig)
@@ -152,21 +180,31 @@ def parser(prog: str, description: Optional[str],
 
 def inference_from_args(args: argparse.Namespace) -> Inference:
     """The shared options of `parser`'s namespace, as their groups (their checks run here)."""
-    return Inference(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
-                     config.from_args(PreprocessConfig, args), args.output_dir)
+    return Inference(
+        config.from_args(ModelConfig, args),
+        config.from_args(WindowConfig, args),
+        config.from_args(PreprocessConfig, args),
+        args.output_dir,
+    )
 
 
 def parse(argv: list[str]) -> Evaluation:
-    p = parser("bert-squad evaluate", run.__doc__,
-               lambda p: p.add_argument("--eval-file", required=True, nargs="+",
-                                        help="SQuAD JSON; several: a row for each and their mean"))
+    p = parser(
+        "bert-squad evaluate",
+        run.__doc__,
+        lambda p: p.add_argument(
+            "--eval-file", required=True, nargs="+", help="SQuAD JSON; several: a row for each and their mean"
+        ),
+    )
     config.add_options(p, PostprocessConfig, several=("lang",))
     args = p.parse_args(argv)
     langs = args.lang or [None]
     if len(langs) not in (1, len(args.eval_file)):
         raise UserError(f"--lang: give one language, or one for each of the {len(args.eval_file)} --eval-file")
-    each = [config.from_args(PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
-            for lang in langs * (len(args.eval_file) // len(langs))]
+    each = [
+        config.from_args(PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
+        for lang in langs * (len(args.eval_file) // len(langs))
+    ]
     return Evaluation(inference_from_args(args), args.eval_file, each)
 
 
@@ -190,8 +228,15 @@ def on_every_rank(job: Inference, files: Sequence[Examples], task: Task) -> list
     with distributed.process_group(dist) as device:
         module.to(device)
         for i, examples in enumerate(files):
-            features = build_features(examples, tokenizer, job.windows, cache_dir, train=False, dist=dist,
-                                      workers=job.preprocess.preprocessing_workers)
+            features = build_features(
+                examples,
+                tokenizer,
+                job.windows,
+                cache_dir,
+                train=False,
+                dist=dist,
+                workers=job.preprocess.preprocessing_workers,
+            )
             results.append(task(i, module, examples, features, device, tokenizer.pad_token_id, dist))
     return results
 
@@ -203,8 +248,10 @@ def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
         return [Path(output_dir)]
     names = [Path(p).stem for p in paths]
     if len(set(names)) < len(names):
-        raise UserError(f"--eval-file: two files named {next(n for n in names if names.count(n) > 1)}.json: "
-                        f"their predictions would share one folder of --output-dir")
+        raise UserError(
+            f"--eval-file: two files named {next(n for n in names if names.count(n) > 1)}.json: "
+            f"their predictions would share one folder of --output-dir"
+        )
     return [Path(output_dir) / name for name in names]
 
 
@@ -214,8 +261,15 @@ def run(asked: Evaluation) -> int:
     outs = output_dirs(job.output_dir, eval_files)
     files = [read_squad(path) for path in eval_files]
 
-    def task(i: int, module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset",
-             device: torch.device, pad_id: int, dist: DistEnv) -> Optional[dict[str, Any]]:
+    def task(
+        i: int,
+        module: "PreTrainedModel",
+        examples: Examples,
+        features: "datasets.Dataset",
+        device: torch.device,
+        pad_id: int,
+        dist: DistEnv,
+    ) -> Optional[dict[str, Any]]:
         if dist.is_main:
             outs[i].mkdir(parents=True, exist_ok=True)
         return evaluate(module, examples, features, device, pad_id, postprocess[i], dist, output_dir=outs[i])
@@ -225,8 +279,9 @@ def run(asked: Evaluation) -> int:
         return 0
     if len(files) > 1:
         print(table(eval_files, [p.lang for p in postprocess], results))
-    print(json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(eval_files, results)),
-                                                          "mean": mean(results)}))
+    print(
+        json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(eval_files, results)), "mean": mean(results)})
+    )
     return 0
 
 

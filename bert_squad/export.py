@@ -34,8 +34,11 @@ class Export(NamedTuple):
 
 def parse(argv: list[str]) -> Export:
     p = config.ArgumentParser(prog="bert-squad export", description=run.__doc__)
-    p.add_argument("--checkpoint", required=True,
-                   help="a checkpoint (<output-dir>/checkpoints/step<N>), or <output-dir>/checkpoints for its latest")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint (<output-dir>/checkpoints/step<N>), or <output-dir>/checkpoints for its latest",
+    )
     p.add_argument("--output-dir", required=True, help="where the model and tokenizer go")
     args = p.parse_args(argv)
     return Export(args.checkpoint, args.output_dir)
@@ -46,11 +49,13 @@ def run(asked: Export) -> int:
     found = checkpoint.intact_at(asked.checkpoint)
     hf = found.path / checkpoint.HF_DIR
     if not (hf / "config.json").is_file():
-        raise UserError(f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
-                        f"older bert-squad; resume it with --resume and let the run finish to export it")
+        raise UserError(
+            f"{found.path}: holds no model config and tokenizer ({checkpoint.HF_DIR}/): written by an "
+            f"older bert-squad; resume it with --resume and let the run finish to export it"
+        )
     tokenizer = model.load_tokenizer(hf)
     # as the run's model was: its config says so (transformers' decorated `to` confuses type checkers)
-    module = model.empty_qa_model(hf).to(training_dtype(found.layout))  # type: ignore[arg-type]
+    module = model.empty_qa_model(hf).to(training_dtype(found.layout))
     state = weights(found)
     missing = sorted(set(module.state_dict()) - set(state))
     if missing:

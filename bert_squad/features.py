@@ -9,17 +9,14 @@ only, so post-processing can map spans back to the original characters.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
-from pathlib import Path
-
-from collections.abc import Sequence
-
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from bert_squad import cache, distributed
 from bert_squad.errors import UserError
@@ -36,13 +33,16 @@ FEATURES_FORMAT = 2  # bump when the feature layout changes, so old caches are n
 QUESTIONS_PER_WORKER = 500  # the fewest questions worth a process of their own
 
 
-def _truncate_questions(tokenizer: PreTrainedTokenizerFast, questions: Sequence[str], max_query_length: int
-                        ) -> list[str]:
+def _truncate_questions(
+    tokenizer: PreTrainedTokenizerFast, questions: Sequence[str], max_query_length: int
+) -> list[str]:
     """Cut questions to `max_query_length` tokens at the character boundary the offsets give."""
     questions = [q.lstrip() for q in questions]  # leading spaces only waste tokens; SQuAD has some
     enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
-    return [q if len(offsets) <= max_query_length else q[:offsets[max_query_length - 1][1]]
-            for q, offsets in zip(questions, enc["offset_mapping"])]
+    return [
+        q if len(offsets) <= max_query_length else q[: offsets[max_query_length - 1][1]]
+        for q, offsets in zip(questions, enc["offset_mapping"])
+    ]
 
 
 def _trim_offsets(text: str, offsets: tuple[int, int]) -> tuple[int, int]:
@@ -56,20 +56,27 @@ def _trim_offsets(text: str, offsets: tuple[int, int]) -> tuple[int, int]:
     return start, end
 
 
-def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
-              ) -> BatchEncoding:
+def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig) -> BatchEncoding:
     questions = _truncate_questions(tokenizer, batch["question"], windows.max_query_length)
     enc = tokenizer(
-        questions, batch["context"], truncation="only_second", max_length=windows.max_seq_length,
-        stride=windows.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+        questions,
+        batch["context"],
+        truncation="only_second",
+        max_length=windows.max_seq_length,
+        stride=windows.doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=False,
+    )
     for i, offsets in enumerate(enc["offset_mapping"]):
         context, seq_ids = batch["context"][enc["overflow_to_sample_mapping"][i]], enc.sequence_ids(i)
         enc["offset_mapping"][i] = [_trim_offsets(context, o) if s == 1 else o for o, s in zip(offsets, seq_ids)]
     return enc
 
 
-def prepare_train(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
-                  ) -> BatchEncoding:
+def prepare_train(
+    batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
+) -> BatchEncoding:
     """A batch of questions -> train features: each context cut into windows, each window labelled with
     the tokens of its question's answer, or with CLS (token 0) when it holds no whole answer.
 
@@ -118,14 +125,16 @@ def prepare_train(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFas
     return enc
 
 
-def prepare_eval(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
-                 ) -> BatchEncoding:
+def prepare_eval(
+    batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerFast, windows: WindowConfig
+) -> BatchEncoding:
     enc = _tokenize(batch, tokenizer, windows)
     sample_map = enc.pop("overflow_to_sample_mapping")
     enc["example_id"] = [batch["id"][j] for j in sample_map]
     enc["offset_mapping"] = [
         [o if s == 1 else None for o, s in zip(offsets, enc.sequence_ids(i))]
-        for i, offsets in enumerate(enc["offset_mapping"])]
+        for i, offsets in enumerate(enc["offset_mapping"])
+    ]
     return enc
 
 
@@ -151,13 +160,17 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerFast, record: dict[str, Any], 
     cut = dict(truncation=True, max_length=windows.max_seq_length)
     alone = tokenizer(record["context"], add_special_tokens=False, return_offsets_mapping=True, **cut)
     if not any(end > start for start, end in alone["offset_mapping"]):
-        raise UserError(f"{where} turns the context of question {record['id']} into no tokens with character "
-                        f"offsets (an empty vocabulary, or one made for other text?)")
+        raise UserError(
+            f"{where} turns the context of question {record['id']} into no tokens with character "
+            f"offsets (an empty vocabulary, or one made for other text?)"
+        )
     pair = tokenizer(record["question"], record["context"], **cut)
     if 1 not in pair.sequence_ids():
-        raise UserError(f"{where} does not mark the context of question {record['id']} as a second sequence "
-                        f"(its post-processor template has no pair with $B): question and context cannot be told "
-                        f"apart")
+        raise UserError(
+            f"{where} does not mark the context of question {record['id']} as a second sequence "
+            f"(its post-processor template has no pair with $B): question and context cannot be told "
+            f"apart"
+        )
 
 
 def worker_count(requested: int | None, questions: int) -> int:
@@ -167,8 +180,9 @@ def worker_count(requested: int | None, questions: int) -> int:
     return max(1, min(workers, questions // QUESTIONS_PER_WORKER))
 
 
-def _write_cache(ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs: dict[str, Any], cache_file: Path,
-                 workers: int) -> None:
+def _write_cache(
+    ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs: dict[str, Any], cache_file: Path, workers: int
+) -> None:
     """The features of `ds`, built by `workers` processes (each a contiguous share of the questions, in
     order) and written as one Arrow file, whatever the number of workers: the cache is the same for any."""
     from datasets.arrow_writer import ArrowWriter  # heavy: only where features are built
@@ -179,8 +193,9 @@ def _write_cache(ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs:
     try:
         if workers > 1:  # a tokenizer that ran threads before the fork would warn in every worker
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        built = ds.map(fn, num_proc=workers if workers > 1 else None, cache_file_name=str(parts / "part.arrow"),
-                       **kwargs)
+        built = ds.map(
+            fn, num_proc=workers if workers > 1 else None, cache_file_name=str(parts / "part.arrow"), **kwargs
+        )
         with ArrowWriter(features=built.features, path=str(parts / "all.arrow")) as writer:
             writer.write_table(built.data.table)
             writer.finalize()
@@ -189,9 +204,15 @@ def _write_cache(ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs:
         shutil.rmtree(parts, ignore_errors=True)
 
 
-def build_features(examples: Examples, tokenizer: PreTrainedTokenizerFast, windows: WindowConfig,
-                   cache_dir: str | Path | None, train: bool, dist: DistEnv | None = None,
-                   workers: int | None = None) -> datasets.Dataset:
+def build_features(
+    examples: Examples,
+    tokenizer: PreTrainedTokenizerFast,
+    windows: WindowConfig,
+    cache_dir: str | Path | None,
+    train: bool,
+    dist: DistEnv | None = None,
+    workers: int | None = None,
+) -> datasets.Dataset:
     """Tokenize once: rank 0 writes an on-disk cache keyed by data, tokenizer and lengths; others load it.
 
     Without `cache_dir` (a handful of questions) the features stay in memory; `dist` is needed with a cache
@@ -202,8 +223,12 @@ def build_features(examples: Examples, tokenizer: PreTrainedTokenizerFast, windo
     ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
     fn = prepare_train if train else prepare_eval
     kind = "train" if train else "eval"
-    kwargs = dict(batched=True, batch_size=1000, remove_columns=ds.column_names,
-                  fn_kwargs={"tokenizer": tokenizer, "windows": windows})
+    kwargs = dict(
+        batched=True,
+        batch_size=1000,
+        remove_columns=ds.column_names,
+        fn_kwargs={"tokenizer": tokenizer, "windows": windows},
+    )
     if cache_dir is None:  # nothing on disk, so no fingerprint needed: hashing the tokenizer costs more than the work
         return ds.map(fn, keep_in_memory=True, new_fingerprint=f"in-memory-{kind}", **kwargs)
     cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, windows, train)}.arrow"
@@ -219,14 +244,20 @@ def feature_report(examples: Examples, train_features: datasets.Dataset) -> dict
     answerable = sum(1 for r in examples.records if r["answers"]["text"])
     labelled = set()
     outside = 0
-    for idx, start, ok in zip(train_features["example_index"], train_features["start_positions"],
-                              train_features["answerable"]):
+    for idx, start, ok in zip(
+        train_features["example_index"], train_features["start_positions"], train_features["answerable"]
+    ):
         if ok and start > 0:
             labelled.add(idx)
         elif ok:
             outside += 1
-    return {"examples": len(examples), "features": len(train_features), "answerable": answerable,
-            "windows_without_answer": outside, "answers_in_no_window": answerable - len(labelled),
-            "skipped_bad_offsets": len(examples.skipped_ids),
-            "skipped_empty_questions": len(examples.empty_question_ids),
-            "repaired_surrogates": len(examples.repaired_ids)}
+    return {
+        "examples": len(examples),
+        "features": len(train_features),
+        "answerable": answerable,
+        "windows_without_answer": outside,
+        "answers_in_no_window": answerable - len(labelled),
+        "skipped_bad_offsets": len(examples.skipped_ids),
+        "skipped_empty_questions": len(examples.empty_question_ids),
+        "repaired_surrogates": len(examples.repaired_ids),
+    }

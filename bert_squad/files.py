@@ -39,8 +39,9 @@ def parse_json(text: str, where: PathLike) -> Any:
     except json.JSONDecodeError as err:
         raise UserError(f"{where}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
     except RecursionError:
-        raise UserError(f"{where}: JSON nested deeper than the parser allows ({sys.getrecursionlimit()} "
-                        f"levels)") from None
+        raise UserError(
+            f"{where}: JSON nested deeper than the parser allows ({sys.getrecursionlimit()} levels)"
+        ) from None
 
 
 def directory(path: PathLike, given_as: str) -> Path:

@@ -47,9 +47,16 @@ def parse(argv: list[str]) -> Inspection:
     config.add_options(p, PostprocessConfig)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     args = p.parse_args(argv)
-    return Inspection(config.from_args(ModelConfig, args), config.from_args(WindowConfig, args),
-                      config.from_args(PostprocessConfig, args), args.eval_file, args.dataset, args.start_sample,
-                      args.num_test_samples, args.json)
+    return Inspection(
+        config.from_args(ModelConfig, args),
+        config.from_args(WindowConfig, args),
+        config.from_args(PostprocessConfig, args),
+        args.eval_file,
+        args.dataset,
+        args.start_sample,
+        args.num_test_samples,
+        args.json,
+    )
 
 
 def predicted_offsets(prediction: str, nbest: list[dict[str, Any]]) -> Optional[list[int]]:
@@ -62,22 +69,34 @@ def collect(asked: Inspection) -> list[dict[str, Any]]:
     """The selected questions with predictions and scores, as plain records."""
     cache_dir = cache.resolve_cache_dir(asked.model.cache_dir)
     qa = Answerer.from_pretrained(asked.model.model_dir, "cpu", asked.windows, asked.postprocess, cache_dir=cache_dir)
-    examples = read_squad(asked.eval_file) if asked.eval_file else load_hub_split(asked.dataset, "validation",
-                                                                                   cache_dir)
+    examples = (
+        read_squad(asked.eval_file) if asked.eval_file else load_hub_split(asked.dataset, "validation", cache_dir)
+    )
     first, count = asked.start_sample, asked.num_test_samples
     if count <= 0 or first < 0 or first + count > len(examples):
-        raise UserError(f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
-                        f"its {len(examples)} questions (questions 0..{len(examples) - 1})")
-    chosen = Examples(examples.records[first:first + count], examples.source, examples.version_2)
+        raise UserError(
+            f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
+            f"its {len(examples)} questions (questions 0..{len(examples) - 1})"
+        )
+    chosen = Examples(examples.records[first : first + count], examples.source, examples.version_2)
     predictions, nbest, _ = qa.predict(chosen)
     out = []
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]
         refs = r["answers"]["text"] or [""]
-        out.append({"index": first + i, "id": r["id"], "question": r["question"], "context": r["context"],
-                    "prediction": pred, "prediction_offsets": predicted_offsets(pred, nbest[r["id"]]),
-                    "answers": r["answers"]["text"], "exact_match": 100.0 * exact_match(pred, refs),
-                    "f1": 100.0 * f1(pred, refs)})
+        out.append(
+            {
+                "index": first + i,
+                "id": r["id"],
+                "question": r["question"],
+                "context": r["context"],
+                "prediction": pred,
+                "prediction_offsets": predicted_offsets(pred, nbest[r["id"]]),
+                "answers": r["answers"]["text"],
+                "exact_match": 100.0 * exact_match(pred, refs),
+                "f1": 100.0 * f1(pred, refs),
+            }
+        )
     return out
 
 
@@ -90,17 +109,36 @@ def render(results: list[dict[str, Any]]) -> None:
         body.append("\nreferences: ", style="bold")
         body.append(" | ".join(r["answers"]) or "(unanswerable)", style="green")
         style = "green" if r["exact_match"] == 100 else "red" if r["f1"] == 0 else "yellow"
-        console.print(Panel(body, title=f"#{r['index']} {r['id']}",
-                            subtitle=f"EM {r['exact_match']:.0f}  F1 {r['f1']:.1f}", border_style=style))
+        console.print(
+            Panel(
+                body,
+                title=f"#{r['index']} {r['id']}",
+                subtitle=f"EM {r['exact_match']:.0f}  F1 {r['f1']:.1f}",
+                border_style=style,
+            )
+        )
     table = Table(title="bert-squad-test")
     for col in ("#", "id", "prediction", "references", "EM", "F1"):
         table.add_column(col, justify="right" if col in ("#", "EM", "F1") else "left", overflow="fold")
     for r in results:
-        table.add_row(str(r["index"]), r["id"], r["prediction"] or "(no answer)", " | ".join(r["answers"]) or "-",
-                      f"{r['exact_match']:.0f}", f"{r['f1']:.1f}")
+        table.add_row(
+            str(r["index"]),
+            r["id"],
+            r["prediction"] or "(no answer)",
+            " | ".join(r["answers"]) or "-",
+            f"{r['exact_match']:.0f}",
+            f"{r['f1']:.1f}",
+        )
     n = len(results)
-    table.add_row("", "mean", "", "", f"{sum(r['exact_match'] for r in results) / n:.1f}",
-                  f"{sum(r['f1'] for r in results) / n:.1f}", style="bold")
+    table.add_row(
+        "",
+        "mean",
+        "",
+        "",
+        f"{sum(r['exact_match'] for r in results) / n:.1f}",
+        f"{sum(r['f1'] for r in results) / n:.1f}",
+        style="bold",
+    )
     console.print(table)
 
 

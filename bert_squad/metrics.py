@@ -17,15 +17,13 @@ Every function takes `lang`: None keeps the SQuAD scripts' English normalization
 
 from __future__ import annotations
 
-from typing import Any
-
-from collections.abc import Collection, Iterator, Mapping, Sequence
-
 import collections
 import re
 import string
 import sys
 import unicodedata
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 from bert_squad.squad import is_squad_v2
 
@@ -54,7 +52,8 @@ def _unicode_punctuation() -> frozenset[str]:
     global _UNICODE_PUNCTUATION
     if _UNICODE_PUNCTUATION is None:
         _UNICODE_PUNCTUATION = _PUNCTUATION | frozenset(
-            c for c in map(chr, range(sys.maxunicode)) if unicodedata.category(c).startswith("P"))
+            c for c in map(chr, range(sys.maxunicode)) if unicodedata.category(c).startswith("P")
+        )
     return _UNICODE_PUNCTUATION
 
 
@@ -65,7 +64,7 @@ def _segments(text: str) -> list[str]:
     punctuation = _unicode_punctuation()
     for ch in text:
         if _CJK.match(ch) or ch in punctuation:
-            tokens += "".join(run).split() + [ch]
+            tokens += [*"".join(run).split(), ch]
             run = []
         else:
             run.append(ch)
@@ -148,8 +147,7 @@ def require_all(qids: Collection[str], mapping: Mapping[str, Any], what: str) ->
     missing = [qid for qid in qids if qid not in mapping]
     if missing:
         more = ", ..." if len(missing) > 3 else ""
-        raise ValueError(f"no {what} for {len(missing)} of {len(qids)} questions: "
-                         f"{', '.join(missing[:3])}{more}")
+        raise ValueError(f"no {what} for {len(missing)} of {len(qids)} questions: {', '.join(missing[:3])}{more}")
 
 
 def score_v1(articles: Articles, predictions: Mapping[str, str], lang: str | None = None) -> dict[str, float]:
@@ -171,13 +169,16 @@ def score_v1(articles: Articles, predictions: Mapping[str, str], lang: str | Non
 
 
 def _percentages(exact: Mapping[str, float], f1s: Mapping[str, float], qids: list[str]) -> dict[str, float | int]:
-    return {"exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
-            "f1": 100.0 * sum(f1s[q] for q in qids) / len(qids),
-            "total": len(qids)}
+    return {
+        "exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+        "f1": 100.0 * sum(f1s[q] for q in qids) / len(qids),
+        "total": len(qids),
+    }
 
 
-def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float],
-                    has_ans: Mapping[str, bool]) -> tuple[float, float]:
+def _best_threshold(
+    predictions: Mapping[str, str], raw: Mapping[str, float], na_probs: Mapping[str, float], has_ans: Mapping[str, bool]
+) -> tuple[float, float]:
     """The no-answer threshold that would maximise the score, searched as the official script does.
 
     Questions are taken in order of rising no-answer probability, ties in `na_probs` order (which
@@ -194,8 +195,13 @@ def _best_threshold(predictions: Mapping[str, str], raw: Mapping[str, float], na
     return 100.0 * best / len(raw), best_thresh
 
 
-def score_v2(articles: Articles, predictions: Mapping[str, str], na_probs: Mapping[str, float] | None = None,
-             na_prob_thresh: float = 1.0, lang: str | None = None) -> dict[str, float]:
+def score_v2(
+    articles: Articles,
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+    lang: str | None = None,
+) -> dict[str, float]:
     """The dict `evaluate-v2.0.py` prints: exact, f1, total, HasAns_*, NoAns_* and, with `na_probs`
     (question id -> no-answer probability or score), best_exact(_thresh), best_f1(_thresh).
 
@@ -221,13 +227,16 @@ def score_v2(articles: Articles, predictions: Mapping[str, str], na_probs: Mappi
             result.update({f"{prefix}_{k}": v for k, v in _percentages(exact, f1s, qids).items()})
     if na_probs is not None:
         for name, raw in (("exact", exact_raw), ("f1", f1_raw)):
-            result[f"best_{name}"], result[f"best_{name}_thresh"] = _best_threshold(
-                predictions, raw, probs, has_ans)
+            result[f"best_{name}"], result[f"best_{name}_thresh"] = _best_threshold(predictions, raw, probs, has_ans)
     return result
 
 
-def score(articles: Articles, predictions: Mapping[str, str], na_probs: Mapping[str, float] | None = None,
-          lang: str | None = None) -> dict[str, float]:
+def score(
+    articles: Articles,
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    lang: str | None = None,
+) -> dict[str, float]:
     """Score with the official script for the data's version (`squad.is_squad_v2`)."""
     if is_squad_v2({"data": articles}):
         return score_v2(articles, predictions, na_probs, lang=lang)

@@ -12,9 +12,10 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from bert_squad.errors import UserError, first_line
 
@@ -73,12 +74,16 @@ def _check_model_type(model_dir: PathLike) -> None:
         return
     known = family(model_type)
     if known and Version(transformers.__version__) < Version(known.since):
-        raise UserError(f"{model_dir}: a {known.name} model ({model_type}) needs transformers >= {known.since}, the "
-                        f"first release with {known.loads}; this is transformers {transformers.__version__} "
-                        f"(docs/models.md)")
+        raise UserError(
+            f"{model_dir}: a {known.name} model ({model_type}) needs transformers >= {known.since}, the "
+            f"first release with {known.loads}; this is transformers {transformers.__version__} "
+            f"(docs/models.md)"
+        )
     if model_type not in CONFIG_MAPPING:
-        raise UserError(f"{model_dir}: model type '{model_type}' is unknown to transformers "
-                        f"{transformers.__version__}: a newer transformers has it (docs/models.md)")
+        raise UserError(
+            f"{model_dir}: model type '{model_type}' is unknown to transformers "
+            f"{transformers.__version__}: a newer transformers has it (docs/models.md)"
+        )
 
 
 def load_tokenizer(model_dir: PathLike) -> "PreTrainedTokenizerFast":
@@ -93,8 +98,10 @@ def load_tokenizer(model_dir: PathLike) -> "PreTrainedTokenizerFast":
         raise UserError(f"{model_dir}: cannot load a tokenizer ({first_line(err)})") from None
     # transformers 5 builds an empty vocabulary where no tokenizer file exists; every word would be [UNK].
     if not any((Path(model_dir) / name).is_file() for name in tok.vocab_files_names.values()):
-        raise UserError(f"{model_dir}: cannot load a tokenizer (none of its files: "
-                        f"{', '.join(sorted(tok.vocab_files_names.values()))})")
+        raise UserError(
+            f"{model_dir}: cannot load a tokenizer (none of its files: "
+            f"{', '.join(sorted(tok.vocab_files_names.values()))})"
+        )
     if not tok.is_fast:
         raise UserError(f"{model_dir}: needs a fast tokenizer (tokenizer.json) for offset mappings")
     return cast("PreTrainedTokenizerFast", tok)
@@ -114,8 +121,9 @@ def load_qa_model(model_dir: PathLike, say: Optional[Callable[[str], None]] = No
     qa_class = _qa_class(config, model_dir)
     with _quiet_loading():
         try:
-            module, info = qa_class.from_pretrained(str(model_dir), config=config, local_files_only=True,
-                                                    output_loading_info=True)
+            module, info = qa_class.from_pretrained(
+                str(model_dir), config=config, local_files_only=True, output_loading_info=True
+            )
         except Exception as err:  # truncated or foreign weights, an architecture without a QA head, ...
             raise UserError(f"{model_dir}: cannot load model weights ({_weights_reason(err)})") from None
     if issubclass(qa_class, span_head.SpanHead):
@@ -160,8 +168,10 @@ def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type[Any]:
         return AutoModelForQuestionAnswering
     if type(config) in MODEL_MAPPING:
         return span_head.for_model_type(config.model_type)
-    raise UserError(f"{model_dir}: transformers {transformers.__version__} has neither a question-answering class "
-                    f"nor an encoder for model type '{config.model_type}'")
+    raise UserError(
+        f"{model_dir}: transformers {transformers.__version__} has neither a question-answering class "
+        f"nor an encoder for model type '{config.model_type}'"
+    )
 
 
 @contextlib.contextmanager
@@ -180,20 +190,25 @@ def _quiet_loading() -> Iterator[None]:
         transformers.logging.set_verbosity(verbosity)
 
 
-def _check_encoder_loaded(model_dir: PathLike, config: "PretrainedConfig", info: dict[str, Any],
-                          say: Optional[Callable[[str], None]]) -> None:
+def _check_encoder_loaded(
+    model_dir: PathLike, config: "PretrainedConfig", info: dict[str, Any], say: Optional[Callable[[str], None]]
+) -> None:
     """The project's span head needs the whole encoder from the checkpoint (only the head may be new); what
     the checkpoint has beyond it (a masked-LM head) is left out, and `say` is told so, in one line."""
     missing = [k for k in info["missing_keys"] if not k.startswith("qa_outputs.")]
     if missing:
-        raise UserError(f"{model_dir}: cannot load model weights (they lack {missing[0]} of the "
-                        f"{config.model_type} encoder{f' and {len(missing) - 1} more' if len(missing) > 1 else ''})")
+        raise UserError(
+            f"{model_dir}: cannot load model weights (they lack {missing[0]} of the "
+            f"{config.model_type} encoder{f' and {len(missing) - 1} more' if len(missing) > 1 else ''})"
+        )
     left_out = sorted({k.split(".")[0] for k in info["unexpected_keys"]})
     if left_out and say is not None:
         n = len(info["unexpected_keys"])
-        say(f"{model_dir}: its {config.model_type} encoder loaded into a new span head (bert-squad's, "
+        say(
+            f"{model_dir}: its {config.model_type} encoder loaded into a new span head (bert-squad's, "
             f"transformers has no question-answering class for it); left out: {', '.join(left_out)} (the head "
-            f"it was saved with, {n} tensor{'' if n == 1 else 's'})")
+            f"it was saved with, {n} tensor{'' if n == 1 else 's'})"
+        )
 
 
 def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike) -> None:
@@ -239,8 +254,9 @@ def gathered_state_dict(engine: "DeepSpeedEngine") -> Optional[dict[str, "torch.
     return engine.module.state_dict()
 
 
-def export(module: "PreTrainedModel", state: dict[str, "torch.Tensor"], tokenizer: "PreTrainedTokenizerFast",
-           out_dir: PathLike) -> None:
+def export(
+    module: "PreTrainedModel", state: dict[str, "torch.Tensor"], tokenizer: "PreTrainedTokenizerFast", out_dir: PathLike
+) -> None:
     """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
     with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
@@ -287,8 +303,8 @@ def _portable_tokenizer_class(path: Path) -> None:
 
 def param_groups(module: "torch.nn.Module", weight_decay: float) -> list[dict[str, Any]]:
     """No weight decay on biases and LayerNorm weights, as BERT was trained."""
-    decay: list["torch.nn.Parameter"] = []
-    no_decay: list["torch.nn.Parameter"] = []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for p in module.parameters():
         (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

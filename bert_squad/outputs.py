@@ -19,4 +19,3 @@ NULL_ODDS = "null_odds.json"
 
 def finished(run_dir: str | Path) -> bool:
     return (Path(run_dir) / TRAIN_METRICS).is_file()
-

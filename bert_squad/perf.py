@@ -8,14 +8,10 @@ batch length); non-padding tokens/s is reported beside it to show the useful par
 
 from __future__ import annotations
 
-from typing import Optional
-
-from typing import Any
-
-from collections.abc import Callable, Iterable
-
 import resource
 import time
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 import torch
 
@@ -60,6 +56,7 @@ def model_shape(module: torch.nn.Module) -> Shape:
     Parameters are counted, not derived from config fields, so every family (GLU feed-forwards,
     DeBERTa's relative-position projections) is right; layers and hidden size give attention's
     sequence-squared term, and are None where a config names them differently (that term is left out)."""
+
     def count(params: Iterable[torch.nn.Parameter]) -> int:  # ZeRO-3 leaves each rank a shard; ds_numel is the whole's
         return sum(getattr(p, "ds_numel", p.numel()) for p in params)
 
@@ -94,9 +91,13 @@ class Meter:
     def add(self, batch: dict[str, torch.Tensor], loss: torch.Tensor | None = None) -> None:
         """Count a micro batch (its host copy, before it moves to the device) and its loss."""
         n, s = batch["input_ids"].shape
-        counts = {"samples": n, "tokens": int(batch["attention_mask"].sum()),
-                  "flops": n * flops_per_sample(self.shape, s), "micro_batches": 1,
-                  "loss": 0 if loss is None else loss.detach().float()}
+        counts = {
+            "samples": n,
+            "tokens": int(batch["attention_mask"].sum()),
+            "flops": n * flops_per_sample(self.shape, s),
+            "micro_batches": 1,
+            "loss": 0 if loss is None else loss.detach().float(),
+        }
         for counter in (self.window, self.total):
             for key, value in counts.items():
                 counter[key] = counter[key] + value
@@ -107,9 +108,13 @@ class Meter:
         samples, tokens, flops, loss_sum, batches = reduce(values)
         dt = max(seconds, 1e-9)
         tflops = flops / dt / 1e12 / self.world_size
-        return {"samples_per_second": samples / dt, "tokens_per_second": tokens / dt,
-                "tflops_per_device": tflops, "mfu": tflops / self.peak if self.peak else None,
-                "loss": loss_sum / batches if batches else None}
+        return {
+            "samples_per_second": samples / dt,
+            "tokens_per_second": tokens / dt,
+            "tflops_per_device": tflops,
+            "mfu": tflops / self.peak if self.peak else None,
+            "loss": loss_sum / batches if batches else None,
+        }
 
     def log_rates(self, reduce: Reduce = lambda xs: xs) -> Rates:
         """Rates and mean loss over all ranks (`reduce` sums across ranks) since the last call."""

@@ -22,8 +22,8 @@ class Candidate(NamedTuple):
     """One possible answer: a span of the context, or the null answer (no characters)."""
 
     score: float  # start_logit + end_logit
-    start_char: Optional[int]  # None for the null answer
-    end_char: Optional[int]
+    start_char: int | None  # None for the null answer
+    end_char: int | None
     start_logit: float
     end_logit: float
 
@@ -36,8 +36,7 @@ class Predictions(NamedTuple):
     null_odds: dict[str, float] | None  # SQuAD v2.0: null score minus best span score (the v2.0 script's na_probs)
 
 
-def _window_spans(offsets: Offsets, start: Any, end: Any, n_best_size: int, max_answer_length: int
-                  ) -> list[Candidate]:
+def _window_spans(offsets: Offsets, start: Any, end: Any, n_best_size: int, max_answer_length: int) -> list[Candidate]:
     """The allowed span candidates of one window.
 
     Only context tokens (offset not None) may bound a span, so a span never covers the question,
@@ -62,9 +61,19 @@ def _window_spans(offsets: Offsets, start: Any, end: Any, n_best_size: int, max_
 
 def _null_candidate(start_logits: Logits, end_logits: Logits, windows: list[int]) -> Candidate:
     """The null answer scores CLS's logits; of several windows the least confident one counts."""
-    return min((Candidate(float(start_logits[i][0] + end_logits[i][0]), None, None,
-                          float(start_logits[i][0]), float(end_logits[i][0])) for i in windows),
-               key=lambda c: c.score)
+    return min(
+        (
+            Candidate(
+                float(start_logits[i][0] + end_logits[i][0]),
+                None,
+                None,
+                float(start_logits[i][0]),
+                float(end_logits[i][0]),
+            )
+            for i in windows
+        ),
+        key=lambda c: c.score,
+    )
 
 
 def _nbest_entries(candidates: list[Candidate], context: str) -> list[dict[str, Any]]:
@@ -78,10 +87,16 @@ def _nbest_entries(candidates: list[Candidate], context: str) -> list[dict[str, 
     scores = np.array([c.score for c in candidates])
     probs = np.exp(scores - scores.max())
     probs /= probs.sum()
-    return [{"text": "" if c.start_char is None else context[c.start_char:c.end_char],
-             "offsets": None if c.start_char is None else [c.start_char, c.end_char],
-             "start_logit": c.start_logit, "end_logit": c.end_logit, "probability": float(p)}
-            for c, p in zip(candidates, probs)]
+    return [
+        {
+            "text": "" if c.start_char is None else context[c.start_char : c.end_char],
+            "offsets": None if c.start_char is None else [c.start_char, c.end_char],
+            "start_logit": c.start_logit,
+            "end_logit": c.end_logit,
+            "probability": float(p),
+        }
+        for c, p in zip(candidates, probs)
+    ]
 
 
 def predicted_entry(prediction: str, nbest: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -90,10 +105,17 @@ def predicted_entry(prediction: str, nbest: list[dict[str, Any]]) -> dict[str, A
     return next((e for e in nbest if e["text"] == prediction), None)
 
 
-def postprocess_predictions(examples: Sequence[dict[str, Any]], features: Sequence[dict[str, Any]],
-                            start_logits: Logits, end_logits: Logits, *, version_2_with_negative: bool = False,
-                            n_best_size: int = 20, max_answer_length: int = 30,
-                            null_score_diff_threshold: float = 0.0) -> Predictions:
+def postprocess_predictions(
+    examples: Sequence[dict[str, Any]],
+    features: Sequence[dict[str, Any]],
+    start_logits: Logits,
+    end_logits: Logits,
+    *,
+    version_2_with_negative: bool = False,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    null_score_diff_threshold: float = 0.0,
+) -> Predictions:
     """Each question's answer text, its n-best list and (SQuAD v2.0) its null odds.
 
     `features[i]` has `example_id` and `offset_mapping` (`[start_char, end_char]` per context token,
@@ -112,11 +134,18 @@ def postprocess_predictions(examples: Sequence[dict[str, Any]], features: Sequen
         if not windows[qid]:
             raise ValueError(f"example {qid} has no features")
         # The best spans over all windows of this question; offsets are characters of the one context.
-        spans = sorted((span for i in windows[qid]
-                        for span in _window_spans(features[i]["offset_mapping"], start_logits[i],
-                                                  end_logits[i], n_best_size, max_answer_length)),
-                       key=lambda span: span.score, reverse=True)[:n_best_size]
-        best_text = context[spans[0].start_char:spans[0].end_char] if spans else ""
+        spans = sorted(
+            (
+                span
+                for i in windows[qid]
+                for span in _window_spans(
+                    features[i]["offset_mapping"], start_logits[i], end_logits[i], n_best_size, max_answer_length
+                )
+            ),
+            key=lambda span: span.score,
+            reverse=True,
+        )[:n_best_size]
+        best_text = context[spans[0].start_char : spans[0].end_char] if spans else ""
         if not version_2_with_negative:
             predictions[qid] = best_text
             nbest[qid] = _nbest_entries(spans, context)
@@ -127,7 +156,7 @@ def postprocess_predictions(examples: Sequence[dict[str, Any]], features: Sequen
         null_odds[qid] = null.score - (spans[0].score if spans else 0.0)
         predictions[qid] = "" if null_odds[qid] > null_score_diff_threshold else best_text
         # The null answer always appears in the n-best list, even when it ranks below n_best_size.
-        candidates = sorted(spans + [null], key=lambda c: c.score, reverse=True)[:n_best_size]
+        candidates = sorted([*spans, null], key=lambda c: c.score, reverse=True)[:n_best_size]
         if null not in candidates:
             candidates.append(null)
         nbest[qid] = _nbest_entries(candidates, context)

@@ -14,8 +14,7 @@ from bert_squad import config
 from bert_squad.config import PostprocessConfig
 from bert_squad.data import Examples, read_squad
 from bert_squad.distributed import DistEnv
-from bert_squad.evaluate import (Inference, inference_from_args, on_every_rank, parser, predict,
-                                 write_predictions)
+from bert_squad.evaluate import Inference, inference_from_args, on_every_rank, parser, predict, write_predictions
 
 if TYPE_CHECKING:  # the libraries load with the model and the features
     import datasets
@@ -31,9 +30,11 @@ class Prediction(NamedTuple):
 
 
 def parse(argv: list[str]) -> Prediction:
-    p = parser("bert-squad predict", run.__doc__,
-               lambda p: p.add_argument("--input", required=True,
-                                        help="SQuAD JSON (v1.1 or v2.0 shape); answers optional"))
+    p = parser(
+        "bert-squad predict",
+        run.__doc__,
+        lambda p: p.add_argument("--input", required=True, help="SQuAD JSON (v1.1 or v2.0 shape); answers optional"),
+    )
     config.add_options(p, PostprocessConfig, without=("lang",))  # nothing is scored
     args = p.parse_args(argv)
     return Prediction(inference_from_args(args), args.input, config.from_args(PostprocessConfig, args))
@@ -45,12 +46,20 @@ def run(asked: Prediction) -> int:
     job, path, postprocess = asked
     examples = read_squad(path, labelled=False)
 
-    def task(i: int, module: "PreTrainedModel", examples: Examples, features: "datasets.Dataset",
-             device: torch.device, pad_id: int, dist: DistEnv) -> None:
+    def task(
+        i: int,
+        module: "PreTrainedModel",
+        examples: Examples,
+        features: "datasets.Dataset",
+        device: torch.device,
+        pad_id: int,
+        dist: DistEnv,
+    ) -> None:
         # "No answer" competes where the model was trained for it (train records this), else where the file is v2.0.
         version_2 = getattr(module.config, "version_2_with_negative", examples.version_2)
-        result = predict(module, dataclasses.replace(examples, version_2=version_2), features, device, pad_id,
-                         postprocess, dist)
+        result = predict(
+            module, dataclasses.replace(examples, version_2=version_2), features, device, pad_id, postprocess, dist
+        )
         if result is not None:
             write_predictions(job.output_dir, result)
             print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")

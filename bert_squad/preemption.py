@@ -8,11 +8,9 @@ while a `StopRequest` is entered: on the way out the previous ones are back.
 
 from __future__ import annotations
 
-from typing import Any
-
-from types import FrameType
-
 import signal
+from types import FrameType
+from typing import Any
 
 EXIT_STOPPED = 75  # stopped after saving a checkpoint: resume with --resume auto to continue
 

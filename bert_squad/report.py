@@ -5,10 +5,9 @@ Every line a run prints is worded here, so the training loop only says what happ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -26,7 +25,6 @@ if TYPE_CHECKING:  # types only: importing them here would import torch's compan
     from bert_squad.dsconfig import DeepSpeedConfig
 
 
-
 def log(dist: DistEnv, msg: str) -> None:
     """A line from rank 0 only: one log, not one copy per rank."""
     if dist.is_main:
@@ -35,30 +33,35 @@ def log(dist: DistEnv, msg: str) -> None:
 
 def rank_line(dist: DistEnv, device: torch.device, backend: str) -> str:
     """Every rank's first line: where it is and how it found its peers."""
-    return (f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} "
-            f"device {device} backend {backend} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}")
+    return (
+        f"rank {dist.rank}/{dist.world_size} pid {os.getpid()} local_rank {dist.local_rank} "
+        f"device {device} backend {backend} launcher {dist.launcher} master {dist.master_addr}:{dist.master_port}"
+    )
 
 
 def features_line(examples: Examples, report: Mapping[str, int], windows: WindowConfig, seconds: float) -> str:
-    return (f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
-            f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
-            f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
-            f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
-            f"{examples.skip_summary()} [{seconds:.1f}s]")
+    return (
+        f"train {examples.source}: {report['examples']} questions ({report['answerable']} answerable), "
+        f"{report['features']} features of up to {windows.max_seq_length} tokens (doc stride "
+        f"{windows.doc_stride}); {report['answers_in_no_window']} answers fit in no window, "
+        f"{report['windows_without_answer']} windows of answerable questions miss the answer (CLS), "
+        f"{examples.skip_summary()} [{seconds:.1f}s]"
+    )
 
 
 def eval_features_line(examples: Examples, features: Any) -> str:
     return f"eval {examples.source}: {len(examples)} questions, {len(features)} features; {examples.skip_summary()}"
 
 
-def plan_line(total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, device_name: str, engine: Any
-              ) -> str:
+def plan_line(total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, device_name: str, engine: Any) -> str:
     b, facts = ds_config.batch, engine_facts(engine)
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
-    return (f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
-            f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
-            f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}")
+    return (
+        f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
+        f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
+        f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}"
+    )
 
 
 def engine_facts(engine: Any) -> dict[str, Any]:
@@ -67,16 +70,21 @@ def engine_facts(engine: Any) -> dict[str, Any]:
     dtype, and the steps skipped for an fp16 overflow so far. Two runs' speeds compare only where these do."""
     basic, built = engine.basic_optimizer, engine.optimizer
     autocast = str(engine.torch_autocast_dtype()).replace("torch.", "") if engine.torch_autocast_enabled() else None
-    return {"optimizer": f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else None,
-            "optimizer_wrapper": None if built is basic else type(built).__name__, "autocast": autocast,
-            "skipped_steps": engine.skipped_steps}
+    return {
+        "optimizer": f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else None,
+        "optimizer_wrapper": None if built is basic else type(built).__name__,
+        "autocast": autocast,
+        "skipped_steps": engine.skipped_steps,
+    }
 
 
 def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torch.device) -> str:
     mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
-    return (f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
-            f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
-            f"peak mem {perf.peak_memory_gib(device):.1f}GiB")
+    return (
+        f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
+        f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
+        f"peak mem {perf.peak_memory_gib(device):.1f}GiB"
+    )
 
 
 def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
@@ -84,16 +92,23 @@ def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
 
 
 def early_stop_line(step: int, patience: int, record: Best) -> str:
-    return (f"early stopping at step {step}: {patience} evaluations without a better dev F1 than step "
-            f"{record.step}'s; its model is the one saved")
+    return (
+        f"early stopping at step {step}: {patience} evaluations without a better dev F1 than step "
+        f"{record.step}'s; its model is the one saved"
+    )
 
 
 def monitor_events(rates: perf.Rates, samples: int) -> list[tuple[str, float | None, int]]:
     """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
     samples seen, as DeepSpeed's own series are."""
-    return [(f"Train/Samples/{name}", rates[key], samples) for name, key in
-            (("train_loss", "loss"), ("samples_per_second", "samples_per_second"),
-             ("tokens_per_second", "tokens_per_second"))]
+    return [
+        (f"Train/Samples/{name}", rates[key], samples)
+        for name, key in (
+            ("train_loss", "loss"),
+            ("samples_per_second", "samples_per_second"),
+            ("tokens_per_second", "tokens_per_second"),
+        )
+    ]
 
 
 class ProgressDisplay:
@@ -102,8 +117,14 @@ class ProgressDisplay:
     def __init__(self, dist: DistEnv, total_steps: int, done_steps: int, isatty: bool) -> None:
         # Under mpirun, PMI or srun a rank's stdout is a pty or pipe nobody watches: no bar there.
         self.dist, self.enabled = dist, isatty and dist.is_main and not distributed.started_by_launcher()
-        self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[info]}"), disable=not self.enabled)
+        self.bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            disable=not self.enabled,
+        )
         self.task = self.bar.add_task("train", total=total_steps, completed=done_steps, info="")
 
     def __enter__(self) -> ProgressDisplay:

@@ -58,23 +58,29 @@ def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision
     """How `found` resumes with `settings` in their world; a UserError naming both sides where it cannot."""
     layout, batch, path = found.layout, settings.batch, found.path
     if (layout.zero_stage, layout.precision) not in ((None, None), (settings.zero_stage, settings.precision)):
-        raise UserError(f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
-                        f"DeepSpeed config has stage {settings.zero_stage} in {settings.precision}; resume with "
-                        f"the config it was written with")
+        raise UserError(
+            f"{path}: written with ZeRO stage {layout.zero_stage} in {layout.precision}, this run's "
+            f"DeepSpeed config has stage {settings.zero_stage} in {settings.precision}; resume with "
+            f"the config it was written with"
+        )
     if layout.world_size is None or layout.world_size == batch.world_size:
         return Decision(found, AS_IS, settings)
     assert layout.train_batch_size is not None  # the marker records it with the world size
     old = ranks(layout.world_size)
     kept = batch.keeping(layout.train_batch_size)
     if kept is None:
-        raise UserError(f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which "
-                        f"{ranks(batch.world_size)} cannot split evenly; resume on a number of ranks that "
-                        f"divides {layout.train_batch_size}")
+        raise UserError(
+            f"{path}: written by {old} with a global batch of {layout.train_batch_size}, which "
+            f"{ranks(batch.world_size)} cannot split evenly; resume on a number of ranks that "
+            f"divides {layout.train_batch_size}"
+        )
     offload = settings.values.get("zero_optimization", {}).get("offload_optimizer", {}).get("device")
     if layout.sharded and offload == "nvme":
-        raise UserError(f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
-                        f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
-                        f"resume on {old}")
+        raise UserError(
+            f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
+            f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
+            f"resume on {old}"
+        )
     if layout.sharded and not _converted(path):
         _check_writable(path)
     action = UNIVERSAL if layout.sharded else WHOLE
@@ -92,10 +98,14 @@ def load(engine: "DeepSpeedEngine", decision: Decision, dist: distributed.DistEn
     if decision.action != AS_IS:  # the same optimizer steps, counted in this world's micro batches
         assert old.world_size and old.gradient_accumulation_steps  # `decide` resumes as is where unrecorded
         progress.batch_in_epoch = progress.batch_in_epoch // old.gradient_accumulation_steps * batch.accumulation
-        how = f"universal checkpoint ({note})" if decision.action == UNIVERSAL else "optimizer state whole (ZeRO stage 0)"
-        line += (f", written by {ranks(old.world_size)}, on {ranks(batch.world_size)}: {how}, micro batch {batch.micro} "
-                 f"x accumulation {batch.accumulation} keeps the global batch of {batch.size}; from here the batches "
-                 f"and dropout differ from an uninterrupted run")
+        how = (
+            f"universal checkpoint ({note})" if decision.action == UNIVERSAL else "optimizer state whole (ZeRO stage 0)"
+        )
+        line += (
+            f", written by {ranks(old.world_size)}, on {ranks(batch.world_size)}: {how}, micro batch {batch.micro} "
+            f"x accumulation {batch.accumulation} keeps the global batch of {batch.size}; from here the batches "
+            f"and dropout differ from an uninterrupted run"
+        )
     report.log(dist, line)
     return progress
 
@@ -111,9 +121,11 @@ def _check_writable(path: Path) -> None:
     try:
         probe_write(path)
     except OSError as err:
-        raise UserError(f"{path}: resuming it on another number of ranks converts its ZeRO optimizer shards "
-                        f"into a universal checkpoint inside it, and it cannot be written ({err.strerror}); "
-                        f"copy the checkpoint somewhere writable and resume from the copy") from None
+        raise UserError(
+            f"{path}: resuming it on another number of ranks converts its ZeRO optimizer shards "
+            f"into a universal checkpoint inside it, and it cannot be written ({err.strerror}); "
+            f"copy the checkpoint somewhere writable and resume from the copy"
+        ) from None
 
 
 def _source(decision: Decision, dist: distributed.DistEnv) -> tuple[Path, str, str]:
@@ -122,7 +134,7 @@ def _source(decision: Decision, dist: distributed.DistEnv) -> tuple[Path, str, s
     path = Path(decision.found.path)
     if decision.action != UNIVERSAL:
         return path.parent, path.name, ""
-    outcome = None
+    outcome = ("", "")  # rank 0's is broadcast: the others' is a placeholder
     if dist.is_main:
         try:
             outcome = ("ok", convert_once(path))
@@ -163,9 +175,15 @@ def _ds_to_universal(path: PathLike, out: Path) -> None:
     """DeepSpeed's converter, in this process (one worker: no process pool forked from a rank), quiet."""
     from deepspeed.checkpoint import ds_to_universal  # heavy: only a resume that converts needs it
 
-    args = SimpleNamespace(input_folder=str(path), output_folder=str(out), num_extract_workers=1,
-                           num_merge_workers=1, keep_temp_folder=False, strict=True,
-                           inject_missing_state=True)  # stage 1-2 checkpoints of a plain model lack its info
+    args = SimpleNamespace(
+        input_folder=str(path),
+        output_folder=str(out),
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=True,
+    )  # stage 1-2 checkpoints of a plain model lack its info
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             ds_to_universal.main(args)

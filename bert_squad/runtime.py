@@ -81,8 +81,10 @@ def _prepare_deepspeed(debug: bool) -> None:
     try:  # its import picks the accelerator, and refuses a DS_ACCELERATOR it does not know
         import deepspeed  # heavy: only the commands that start DeepSpeed import it
     except ValueError as err:
-        raise UserError(f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')}: not an accelerator DeepSpeed knows "
-                        f"({str(err).split('. Value')[0]})") from None
+        raise UserError(
+            f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')}: not an accelerator DeepSpeed knows "
+            f"({str(err).split('. Value')[0]})"
+        ) from None
     from deepspeed.accelerator import get_accelerator
 
     deepspeed.utils.logger.setLevel(logging.INFO if debug else logging.WARNING)

@@ -36,9 +36,12 @@ def _check_dataset(path: PathLike, doc: Any) -> None:
                     raise UserError(f"{path}: {where} has no string 'id'")
                 answers = qa.get("answers")
                 if not isinstance(answers, list) or not all(
-                        isinstance(x, dict) and isinstance(x.get("text"), str) for x in answers):
-                    raise UserError(f"{path}: question {qa['id']} ({where}): 'answers' must be a list "
-                                    "of objects with a string 'text'")
+                    isinstance(x, dict) and isinstance(x.get("text"), str) for x in answers
+                ):
+                    raise UserError(
+                        f"{path}: question {qa['id']} ({where}): 'answers' must be a list "
+                        "of objects with a string 'text'"
+                    )
 
 
 def _check_mapping(path: PathLike, doc: Any, value_ok: Callable[[Any], bool], what: str) -> None:
@@ -87,13 +90,23 @@ def parse(argv: list[str]) -> Scoring:
     p.add_argument("--eval-file", required=True, help="official-format SQuAD JSON (v1.1 or v2.0)")
     p.add_argument("--predictions", required=True, help="JSON object: question id -> answer text")
     p.add_argument("--na-probs", help="v2.0: JSON object question id -> no-answer probability/odds")
-    p.add_argument("--na-prob-thresh", type=float, default=None,
-                   help='v2.0: predict "" where the no-answer probability exceeds this (default 1.0)')
+    p.add_argument(
+        "--na-prob-thresh",
+        type=float,
+        default=None,
+        help='v2.0: predict "" where the no-answer probability exceeds this (default 1.0)',
+    )
     config.add_options(p, PostprocessConfig, only=("lang",))
     p.add_argument("--out-file", help="also write the metrics JSON here")
     args = p.parse_args(argv)
-    return Scoring(args.eval_file, args.predictions, args.na_probs, args.na_prob_thresh,
-                   config.from_args(PostprocessConfig, args).lang, args.out_file)
+    return Scoring(
+        args.eval_file,
+        args.predictions,
+        args.na_probs,
+        args.na_prob_thresh,
+        config.from_args(PostprocessConfig, args).lang,
+        args.out_file,
+    )
 
 
 def _inputs(asked: Scoring) -> tuple[Any, Any, Optional[Any]]:

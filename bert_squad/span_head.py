@@ -17,7 +17,7 @@ saves with this head (as `MODULE`.py, with the class its config names), so that
 loads the model with transformers alone.
 """
 
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
@@ -28,6 +28,7 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 MODULE = "modeling_bert_squad"  # the file's name beside the weights, as the config's auto_map names it
 if TYPE_CHECKING:  # to a type checker, the mixin's base is the PreTrainedModel it is mixed into (for_model_type)
+
     class _Mixin(PreTrainedModel):
         pass
 else:
@@ -55,9 +56,14 @@ class SpanHead(_Mixin):
         else:
             super()._init_weights(module)
 
-    def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
-                start_positions: Optional[torch.Tensor] = None, end_positions: Optional[torch.Tensor] = None,
-                **kwargs: Any) -> QuestionAnsweringModelOutput:
+    def forward(
+        self,
+        input_ids: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        start_positions: Optional[torch.Tensor] = None,
+        end_positions: Optional[torch.Tensor] = None,
+        **kwargs: Any,
+    ) -> QuestionAnsweringModelOutput:
         """Start and end logits per token; with positions, the loss BERT's question-answering head has
         (positions outside the window are ignored)."""
         hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
@@ -71,13 +77,20 @@ class SpanHead(_Mixin):
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start, end_logits=end)
 
 
-@lru_cache(maxsize=None)
+@cache
 def for_model_type(model_type: str) -> type:
     """The span-head model of encoders of `model_type`, named as transformers names its own classes
     (`EuroBertForQuestionAnswering`) and built like them on the family's `PreTrainedModel`."""
     config_class = CONFIG_MAPPING[model_type]
     encoder_class = MODEL_MAPPING[config_class]
     family_base = next(c for c in encoder_class.__mro__[1:] if issubclass(c, PreTrainedModel))
-    name = config_class.__name__[:-len("Config")] + "ForQuestionAnswering"
-    return type(name, (SpanHead, family_base), {"__module__": __name__, "encoder_class": encoder_class,
-                                                "__doc__": f"{encoder_class.__name__} with a start/end span head."})
+    name = config_class.__name__[: -len("Config")] + "ForQuestionAnswering"
+    return type(
+        name,
+        (SpanHead, family_base),
+        {
+            "__module__": __name__,
+            "encoder_class": encoder_class,
+            "__doc__": f"{encoder_class.__name__} with a start/end span head.",
+        },
+    )

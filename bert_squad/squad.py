@@ -9,12 +9,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from typing import Any
-
 import re
-from typing import Optional
+from collections.abc import Iterable
+from typing import Any
 
 # A UTF-16 surrogate in a Python string stands alone (json.loads joins an escaped pair into one character):
 # valid JSON ("\ud800") or a byte that was not UTF-8 (as surrogateescape decodes a command line), but not
@@ -26,7 +23,7 @@ Record = dict[str, Any]
 REPLACEMENT = "\ufffd"  # what a lone surrogate is replaced by: one character for one, so offsets hold
 
 
-def lone_surrogate(text: str) -> Optional[int]:
+def lone_surrogate(text: str) -> int | None:
     """The index of the first lone surrogate in `text`, or None."""
     found = _LONE_SURROGATE.search(text)
     return found.start() if found else None
@@ -41,8 +38,10 @@ def surrogate_line(where: str, text: str, why: str = "no tokenizer takes it") ->
     """An error line for text holding a lone surrogate: where, at which character, and why that matters."""
     at = lone_surrogate(text)
     assert at is not None, "only text holding a lone surrogate has a line"
-    return (f"{where} holds a lone UTF-16 surrogate ({text[at].encode('unicode_escape').decode()} at character "
-            f"{at}), which is not Unicode text: {why}")
+    return (
+        f"{where} holds a lone UTF-16 surrogate ({text[at].encode('unicode_escape').decode()} at character "
+        f"{at}), which is not Unicode text: {why}"
+    )
 
 
 def json_type_name(kind: type) -> str:
@@ -62,9 +61,15 @@ def is_squad_v2(doc: dict[str, Any]) -> bool:
     The one test of a file's version: reading, training's scoring and `bert-squad score` all ask it."""
     if str(doc.get("version", "")).startswith("v2"):
         return True
-    return any("is_impossible" in qa for article in doc.get("data", []) if isinstance(article, dict)
-               for para in article.get("paragraphs", []) if isinstance(para, dict)
-               for qa in para.get("qas", []) if isinstance(qa, dict))
+    return any(
+        "is_impossible" in qa
+        for article in doc.get("data", [])
+        if isinstance(article, dict)
+        for para in article.get("paragraphs", [])
+        if isinstance(para, dict)
+        for qa in para.get("qas", [])
+        if isinstance(qa, dict)
+    )
 
 
 def to_articles(records: Iterable[dict[str, Any]], version_2: bool) -> list[dict[str, Any]]:
@@ -77,9 +82,13 @@ def to_articles(records: Iterable[dict[str, Any]], version_2: bool) -> list[dict
         if key not in paragraphs:
             paragraphs[key] = {"context": r["context"], "qas": []}
             article["paragraphs"].append(paragraphs[key])
-        qa = {"id": r["id"], "question": r["question"],
-              "answers": [{"text": t, "answer_start": s}
-                          for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}
+        qa = {
+            "id": r["id"],
+            "question": r["question"],
+            "answers": [
+                {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+            ],
+        }
         if version_2:  # the metrics pick the SQuAD version from the presence of this field
             qa["is_impossible"] = r["is_impossible"]
         paragraphs[key]["qas"].append(qa)

@@ -16,9 +16,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import datasets
 import deepspeed
@@ -28,8 +29,20 @@ from deepspeed.accelerator import get_accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from bert_squad import (best, cache, checkpoint, config, data, distributed, dsconfig, model, outputs, perf, report,
-                        resume)
+from bert_squad import (
+    best,
+    cache,
+    checkpoint,
+    config,
+    data,
+    distributed,
+    dsconfig,
+    model,
+    outputs,
+    perf,
+    report,
+    resume,
+)
 from bert_squad.batching import BatchPlan, Collator
 from bert_squad.errors import UserError
 from bert_squad.evaluate import evaluate
@@ -107,15 +120,22 @@ def check(cfg: config.RunConfig) -> Inputs:
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
     ds_path = dsconfig.locate(cfg.train.deepspeed_config)
-    settings = dsconfig.settings(dsconfig.read(ds_path), ds_path, world_size=dist.world_size,
-                                 has_gpu=get_accelerator().device_name() != "cpu",
-                                 learning_rate=cfg.train.learning_rate, output_dir=cfg.data.output_dir)
+    settings = dsconfig.settings(
+        dsconfig.read(ds_path),
+        ds_path,
+        world_size=dist.world_size,
+        has_gpu=get_accelerator().device_name() != "cpu",
+        learning_rate=cfg.train.learning_rate,
+        output_dir=cfg.data.output_dir,
+    )
     resuming = resume.decide(resume_from, settings) if resume_from else None
     settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)
     if cfg.train.keeps_best and dev_examples is None:
-        raise UserError("--keep-best and --early-stopping choose by dev F1: give an eval set (--eval-file or a hub "
-                        "--dataset) and drop --no-eval")
+        raise UserError(
+            "--keep-best and --early-stopping choose by dev F1: give an eval set (--eval-file or a hub "
+            "--dataset) and drop --no-eval"
+        )
     if cfg.train.keeps_best and cfg.data.no_export:
         raise UserError("--keep-best and --early-stopping keep the best step's model: drop --no-export")
     tokenizer = model.load_tokenizer(model_dir)
@@ -138,20 +158,36 @@ def plan_work(inputs: Inputs) -> Work:
     cfg, dist, windows = inputs.cfg, inputs.dist, inputs.cfg.windows
     t0 = time.perf_counter()
     workers = cfg.preprocess.preprocessing_workers
-    features = build_features(inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=True,
-                              dist=dist, workers=workers)
-    dev_features = (build_features(inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=False,
-                                   dist=dist, workers=workers) if inputs.dev_examples else None)
+    features = build_features(
+        inputs.train_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=True, dist=dist, workers=workers
+    )
+    dev_features = (
+        build_features(
+            inputs.dev_examples, inputs.tokenizer, windows, cfg.data.cache_dir, train=False, dist=dist, workers=workers
+        )
+        if inputs.dev_examples
+        else None
+    )
     counts = feature_report(inputs.train_examples, features)
     report.log(dist, report.features_line(inputs.train_examples, counts, windows, time.perf_counter() - t0))
-    if dev_features is not None:
+    if inputs.dev_examples is not None and dev_features is not None:
         report.log(dist, report.eval_features_line(inputs.dev_examples, dev_features))
     batch = inputs.ds_settings.batch
-    batches = BatchPlan([len(x) for x in features["input_ids"]], batch.micro, dist.world_size, dist.rank,
-                        cfg.train.seed, group_by_length=not cfg.speed.pad_to_max_length, accumulation=batch.accumulation)
+    batches = BatchPlan(
+        [len(x) for x in features["input_ids"]],
+        batch.micro,
+        dist.world_size,
+        dist.rank,
+        cfg.train.seed,
+        group_by_length=not cfg.speed.pad_to_max_length,
+        accumulation=batch.accumulation,
+    )
     if len(features) < batch.size:
-        report.log(dist, f"note: {len(features)} train features are fewer than one global batch of {batch.size}; "
-                         f"each step repeats them to fill it")
+        report.log(
+            dist,
+            f"note: {len(features)} train features are fewer than one global batch of {batch.size}; "
+            f"each step repeats them to fill it",
+        )
     steps_per_epoch = len(batches) // batch.accumulation
     total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
     ds_config = inputs.ds_settings.finish(total_steps, cfg.train.warmup_ratio)
@@ -167,20 +203,34 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     if dist.is_main:  # the exact config the engine gets, beside the run's metrics
         write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
     groups = model.param_groups(inputs.module, work.ds_config.weight_decay)
-    engine, _, _, _ = deepspeed.initialize(model=inputs.module, config=work.ds_config.as_dict(),
-                                           model_parameters=groups)
+    engine, _, _, _ = deepspeed.initialize(
+        model=inputs.module, config=work.ds_config.as_dict(), model_parameters=groups
+    )
     if cfg.speed.compile:
         engine.compile()
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
-    collate = Collator(inputs.tokenizer.pad_token_id, multiple_of=8 if device.type == "cuda" else 1,
-                       pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None)
+    collate = Collator(
+        inputs.tokenizer.pad_token_id,
+        multiple_of=8 if device.type == "cuda" else 1,
+        pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None,
+    )
     device_name = perf.device_name(device)
     peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
     report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name, engine))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
-    return Run(inputs, work, device, engine, work.features.select_columns(collate.columns(work.features)), collate,
-               progress, meter, started, best_so_far=record if cfg.train.keeps_best else None)
+    return Run(
+        inputs,
+        work,
+        device,
+        engine,
+        work.features.select_columns(collate.columns(work.features)),
+        collate,
+        progress,
+        meter,
+        started,
+        best_so_far=record if cfg.train.keeps_best else None,
+    )
 
 
 def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
@@ -191,10 +241,14 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
     with exactly the next one."""
     gas, work, progress = run.engine.gradient_accumulation_steps(), run.work, run.progress
     per_epoch, on_gpu = work.steps_per_epoch * gas, run.device.type == "cuda"
-    batches = work.batches.stream(progress.epoch, progress.batch_in_epoch, per_epoch,
-                                  (work.total_steps - progress.step) * gas)
-    loader = iter(DataLoader(run.rows, batch_sampler=batches, collate_fn=run.collate,
-                             num_workers=2 if on_gpu else 0, pin_memory=on_gpu))
+    batches = work.batches.stream(
+        progress.epoch, progress.batch_in_epoch, per_epoch, (work.total_steps - progress.step) * gas
+    )
+    loader = iter(
+        DataLoader(
+            run.rows, batch_sampler=batches, collate_fn=run.collate, num_workers=2 if on_gpu else 0, pin_memory=on_gpu
+        )
+    )
     while progress.step < work.total_steps:
         if progress.batch_in_epoch >= per_epoch:  # an epoch ended (or a checkpoint was taken at its end)
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
@@ -236,11 +290,21 @@ def loop(run: Run) -> int:
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
             # checkpoint every --checkpoint-every steps, and at the step where the ranks agreed to stop
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
-                checkpoint.save(engine, run.inputs.cfg.data.output_dir, progress, faults.keep_checkpoints, dist,
-                                run.inputs.stamp, extra=run.best_so_far and run.best_so_far.save)
+                checkpoint.save(
+                    engine,
+                    run.inputs.cfg.data.output_dir,
+                    progress,
+                    faults.keep_checkpoints,
+                    dist,
+                    run.inputs.stamp,
+                    extra=run.best_so_far.save if run.best_so_far else None,
+                )
             if stopping:
-                report.log(dist, f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
-                                 f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto")
+                report.log(
+                    dist,
+                    f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
+                    f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto",
+                )
                 return EXIT_STOPPED
             shown.advance(progress.step, run.last_rates)
     return 0
@@ -254,8 +318,16 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
         return None
     if run.best_so_far and inputs.dist.is_main:
         output_dir = best.start_pending(inputs.cfg.data.output_dir)
-    metrics = evaluate(run.engine.module, inputs.dev_examples, run.work.dev_features, run.device,
-                       inputs.tokenizer.pad_token_id, inputs.cfg.postprocess, inputs.dist, output_dir=output_dir)
+    metrics = evaluate(
+        run.engine.module,
+        inputs.dev_examples,
+        run.work.dev_features,
+        run.device,
+        inputs.tokenizer.pad_token_id,
+        inputs.cfg.postprocess,
+        inputs.dist,
+        output_dir=output_dir,
+    )
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))
@@ -271,7 +343,7 @@ def export_best(run: Run) -> None:
     state = model.gathered_state_dict(run.engine)  # a collective under ZeRO-3
     run.engine.empty_partition_cache()
     if run.inputs.dist.is_main:
-        assert state is not None  # rank 0 holds the whole model
+        assert state is not None and run.best_so_far is not None  # rank 0 holds the whole model; --keep-best
         model.export(run.engine.module, state, run.inputs.tokenizer, best.pending_dir(out))
         best.promote(out, step)
         best.prune(out, run.best_so_far)
@@ -286,30 +358,50 @@ def finish(run: Run) -> None:
     run_rates = run.meter.run_rates(distributed.all_sum)
     state = model.gathered_state_dict(run.engine) if exporting else None  # a collective under ZeRO-3
     digest = None if state is None else model.weights_digest(state)
-    digests = distributed.gather_to_rank0(digest, dist) if exporting else []
+    digests = (distributed.gather_to_rank0(digest, dist) or []) if exporting else []
     kept = run.best_so_far
     if not (kept and kept.last_evaluated == run.progress.step):  # an early stop has evaluated this step already
         evaluate_now(run, output_dir=out)
     if not dist.is_main:
         return
-    if exporting and not (kept and best.install(out, kept.step)):
+    if exporting and not (kept and kept.step is not None and best.install(out, kept.step)):
         assert state is not None  # rank 0 holds the whole model
         model.export(run.engine.module, state, inputs.tokenizer, out)
         if kept:
-            report.log(dist, f"note: the export of the best step {kept.step} is gone (resumed from an older "
-                             f"checkpoint?): the final step's model is saved instead")
-    write_json_atomic(out / outputs.TRAIN_METRICS, {
-        "steps": run.progress.step, "epochs": run.progress.step / work.steps_per_epoch,
-        "world_size": dist.world_size, "train_batch_size": work.ds_config.batch.size,
-        "precision": work.ds_config.precision, "engine": report.engine_facts(run.engine), "wall_time_s": wall,
-        "device": perf.device_name(run.device), **{f"run_{k}": v for k, v in run_rates.items()},
-        "last_log": run.last_rates, "logs": run.logs, "peak_memory_gib": perf.peak_memory_gib(run.device),
-        "features": work.feature_report, "evals": run.evals,
-        "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
-        "deepspeed_config": work.ds_config.as_dict(), "config": dataclasses.asdict(inputs.cfg),
-        **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {})})
-    report.log(dist, f"saved model and tokenizer to {out} ({wall:.0f}s)" if exporting else
-               f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)")
+            report.log(
+                dist,
+                f"note: the export of the best step {kept.step} is gone (resumed from an older "
+                f"checkpoint?): the final step's model is saved instead",
+            )
+    write_json_atomic(
+        out / outputs.TRAIN_METRICS,
+        {
+            "steps": run.progress.step,
+            "epochs": run.progress.step / work.steps_per_epoch,
+            "world_size": dist.world_size,
+            "train_batch_size": work.ds_config.batch.size,
+            "precision": work.ds_config.precision,
+            "engine": report.engine_facts(run.engine),
+            "wall_time_s": wall,
+            "device": perf.device_name(run.device),
+            **{f"run_{k}": v for k, v in run_rates.items()},
+            "last_log": run.last_rates,
+            "logs": run.logs,
+            "peak_memory_gib": perf.peak_memory_gib(run.device),
+            "features": work.feature_report,
+            "evals": run.evals,
+            "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
+            "deepspeed_config": work.ds_config.as_dict(),
+            "config": dataclasses.asdict(inputs.cfg),
+            **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
+        },
+    )
+    report.log(
+        dist,
+        f"saved model and tokenizer to {out} ({wall:.0f}s)"
+        if exporting
+        else f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)",
+    )
 
 
 def print_config(cfg: config.RunConfig) -> int:
@@ -319,7 +411,17 @@ def print_config(cfg: config.RunConfig) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         inputs = check(cfg)
         work = plan_work(inputs)
-    print(json.dumps({"run": dataclasses.asdict(cfg), "world_size": inputs.dist.world_size,
-                      "train_features": len(work.features), "steps_per_epoch": work.steps_per_epoch,
-                      "total_steps": work.total_steps, "deepspeed_config": work.ds_config.as_dict()}, indent=2))
+    print(
+        json.dumps(
+            {
+                "run": dataclasses.asdict(cfg),
+                "world_size": inputs.dist.world_size,
+                "train_features": len(work.features),
+                "steps_per_epoch": work.steps_per_epoch,
+                "total_steps": work.total_steps,
+                "deepspeed_config": work.ds_config.as_dict(),
+            },
+            indent=2,
+        )
+    )
     return 0

@@ -13,14 +13,12 @@ library's output where it goes, and no report is made.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
-
 import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import Optional
 
 # The names NCCL gives the networks that reach it through libfabric: the plugin's "Libfabric", "AWS
 # Libfabric" (up to 1.11, or NCCL_NET="AWS Libfabric") or "OFI" (NCCL_NET=OFI): aws-ofi-nccl's
@@ -30,7 +28,9 @@ SITE_NETWORK_VAR = "BERT_SQUAD_NETWORK"  # set by the site job script (slurm/<si
 
 NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
 NOT_FOUND = re.compile(r"NCCL WARN Error: network (.+?) not found")
-PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)")  # 1.6: "Provider is cxi (...)"; 1.19: "provider is cxi, ..."
+PROVIDER = re.compile(
+    r"NET/OFI Selected [Pp]rovider is (\w+)"
+)  # 1.6: "Provider is cxi (...)"; 1.19: "provider is cxi, ..."
 PLUGIN = re.compile(r"NET/OFI (?:Initializing|Using) (aws-ofi-[nr]ccl \S+)")
 SOCKETS = re.compile(r"NET/Socket : Using (.+?)\s*$")
 
@@ -39,11 +39,11 @@ SOCKETS = re.compile(r"NET/Socket : Using (.+?)\s*$")
 class Transport:
     """What one rank's NCCL/RCCL said about its network; None where it said nothing."""
 
-    network: Optional[str] = None  # NCCL's name: "Libfabric", "AWS Libfabric", "OFI", "Socket", "IB", ...
-    provider: Optional[str] = None  # the libfabric provider the plugin selected: cxi, efa, ...
-    plugin: Optional[str] = None  # "aws-ofi-nccl 1.19.0"
-    interfaces: Optional[str] = None  # the socket transport's: "[0]ens7:10.128.0.31<0>"
-    missing: Optional[str] = None  # a network asked for (NCCL_NET) that NCCL could not find
+    network: str | None = None  # NCCL's name: "Libfabric", "AWS Libfabric", "OFI", "Socket", "IB", ...
+    provider: str | None = None  # the libfabric provider the plugin selected: cxi, efa, ...
+    plugin: str | None = None  # "aws-ofi-nccl 1.19.0"
+    interfaces: str | None = None  # the socket transport's: "[0]ens7:10.128.0.31<0>"
+    missing: str | None = None  # a network asked for (NCCL_NET) that NCCL could not find
 
     @property
     def ofi(self) -> bool:
@@ -67,8 +67,13 @@ def parse(lines: Iterable[str]) -> Transport:
     """The Transport that NCCL/RCCL debug lines describe (any prefix: host:pid:tid [dev], timestamps)."""
     found: dict[str, str] = {}
     for line in lines:
-        for key, pattern in (("network", NETWORK), ("missing", NOT_FOUND), ("provider", PROVIDER),
-                             ("plugin", PLUGIN), ("interfaces", SOCKETS)):
+        for key, pattern in (
+            ("network", NETWORK),
+            ("missing", NOT_FOUND),
+            ("provider", PROVIDER),
+            ("plugin", PLUGIN),
+            ("interfaces", SOCKETS),
+        ):
             m = pattern.search(line)
             if m and key not in found:
                 found[key] = m.group(1)
@@ -104,7 +109,11 @@ def report(rank: int, path: str, environ: MutableMapping[str, str] = os.environ)
         found = Transport()
     print(f"rank {rank}: collectives over {found.describe()}", flush=True)
     if environ.get(SITE_NETWORK_VAR) == "ofi" and found.network == "Socket":
-        print(f"rank {rank}: warning: this site's collectives should run over its libfabric plugin "
-              f"(Slingshot), not {found.describe()}: expect them many times slower; see the job's container "
-              f"settings (docs/clusters.md, 'Which network the collectives use')", file=sys.stderr, flush=True)
+        print(
+            f"rank {rank}: warning: this site's collectives should run over its libfabric plugin "
+            f"(Slingshot), not {found.describe()}: expect them many times slower; see the job's container "
+            f"settings (docs/clusters.md, 'Which network the collectives use')",
+            file=sys.stderr,
+            flush=True,
+        )
     return found

@@ -18,11 +18,11 @@ import subprocess
 import sys
 
 import pytest
-
-from bert_squad.runtime import OFFLINE_VARS as IMAGE_OFFLINE
 from helpers import ROOT
 from images import cached_image
 from slurm_cluster import clear_dead_clusters, make_root, require_slurm, single_node, slurm_conf
+
+from bert_squad.runtime import OFFLINE_VARS as IMAGE_OFFLINE
 
 GPUS = 4  # a GH200 node's
 NVIDIA_MAJOR = 195  # the character-device major of /dev/nvidiaN
@@ -50,8 +50,15 @@ def ce_cluster(tmp_path_factory):
     (root / "spool" / host).mkdir()
     _gpu_devices(root)
     conf = root / "slurm.conf"
-    conf.write_text(slurm_conf(root, host, cpus, nodes=[f"NodeName={host} CPUs={cpus} Gres=gpu:{GPUS} State=UNKNOWN"],
-                               extra="GresTypes=gpu\n"))
+    conf.write_text(
+        slurm_conf(
+            root,
+            host,
+            cpus,
+            nodes=[f"NodeName={host} CPUs={cpus} Gres=gpu:{GPUS} State=UNKNOWN"],
+            extra="GresTypes=gpu\n",
+        )
+    )
     with single_node(root, conf, {**os.environ, "SLURM_CONF": str(conf)}) as cluster:
         yield cluster
 
@@ -61,8 +68,9 @@ def ce_image(tmp_path_factory):
     """The image as one SquashFS file, uncompressed (a second on one core); removed with the session."""
     folder = tmp_path_factory.mktemp("ce-image")
     root = folder / "root"
-    subprocess.run(["cp", "-al", str(cached_image("ch-run", "mksquashfs", "unsquashfs")), str(root)], check=True,
-                   timeout=600)
+    subprocess.run(
+        ["cp", "-al", str(cached_image("ch-run", "mksquashfs", "unsquashfs")), str(root)], check=True, timeout=600
+    )
     for name, text in (("environment", "".join(f"{k}={v}\n" for k, v in IMAGE_ENV.items())), ("rc", ENTRYPOINT)):
         path = root / "etc" / name
         path.unlink(missing_ok=True)  # a hard link into the cached image: replaced, not written through
@@ -70,8 +78,25 @@ def ce_image(tmp_path_factory):
     image = folder / "image.sqsh"
     mksquashfs = shutil.which("mksquashfs") or shutil.which("mksquashfs", path="/usr/sbin:/sbin")
     try:
-        subprocess.run([mksquashfs, str(root), str(image), "-noappend", "-quiet", "-no-progress", "-noI", "-noD",
-                        "-noF", "-noX", "-processors", "1"], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                mksquashfs,
+                str(root),
+                str(image),
+                "-noappend",
+                "-quiet",
+                "-no-progress",
+                "-noI",
+                "-noD",
+                "-noF",
+                "-noX",
+                "-processors",
+                "1",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         shutil.rmtree(root)
         yield image
     finally:
@@ -87,13 +112,17 @@ class CeSrun:
         for path in (self.bin, self.work):
             path.mkdir()
         srun = self.bin / "srun"
-        srun.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT}/tests/ce_srun.py \"$@\"\n")
+        srun.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT}/tests/ce_srun.py "$@"\n')
         srun.chmod(0o755)
 
     def env(self, env):
         """`env` (a job's environment) with this srun first on its PATH."""
-        return {**env, "PATH": f"{self.bin}:{env['PATH']}", "REAL_SRUN": shutil.which("srun"),
-                "CE_SRUN_WORK": str(self.work)}
+        return {
+            **env,
+            "PATH": f"{self.bin}:{env['PATH']}",
+            "REAL_SRUN": shutil.which("srun"),
+            "CE_SRUN_WORK": str(self.work),
+        }
 
     def leftovers(self):
         """What the steps did not remove: each removes its copy of the image once its srun has ended."""

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import tomllib  # noqa: E402
+from helpers import tomllib
 
 # Entry or table -> the TOML types the reference gives it (Python types of a parsed document).
 KEYS = {
@@ -53,8 +53,15 @@ KEYS = {
     "annotations": (dict,),
 }
 # What srun passes on to the tasks (its own man page, SIGNALS): the job script forwards USR1 to srun.
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-             signal.SIGCONT)
+FORWARDED = (
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGCONT,
+)
 
 
 class Refused(Exception):
@@ -77,7 +84,9 @@ def problems(doc: dict) -> list:
         if key not in KEYS:
             found.append(f"{key}: not an EDF entry (the reference has {', '.join(KEYS)})")
         elif not isinstance(value, KEYS[key]):
-            found.append(f"{key}: a {type(value).__name__}, the reference says {' or '.join(t.__name__ for t in KEYS[key])}")
+            found.append(
+                f"{key}: a {type(value).__name__}, the reference says {' or '.join(t.__name__ for t in KEYS[key])}"
+            )
     for i, mount in enumerate(doc.get("mounts", [])):
         if not isinstance(mount, str) or not re.fullmatch(r"[^:]+:[^:]+(:[^:]+)?", mount):
             found.append(f"mounts[{i}]: {mount!r} is not SOURCE:DESTINATION[:FLAGS]")
@@ -125,8 +134,12 @@ def unpacked(image: str, work: Path) -> Path:
     if not image.startswith("/") or not Path(image).is_file():
         raise Refused(f"image {image}: not a SquashFS file here (a registry reference needs a registry)")
     step = Path(tempfile.mkdtemp(prefix="ce-step-", dir=work))
-    proc = subprocess.run(["unsquashfs", "-quiet", "-no-progress", "-d", str(step / "rootfs"), image],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["unsquashfs", "-quiet", "-no-progress", "-d", str(step / "rootfs"), image],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         shutil.rmtree(step, ignore_errors=True)
         raise Refused(f"image {image}: unsquashfs failed: {(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
@@ -141,7 +154,7 @@ def mount_point(rootfs: Path, source: str, destination: str) -> None:
     for i, part in enumerate(parts):
         path = path / part
         if path.is_symlink():
-            raise Refused(f"mount destination {destination}: /{'/'.join(parts[:i + 1])} is a symlink in the image")
+            raise Refused(f"mount destination {destination}: /{'/'.join(parts[: i + 1])} is a symlink in the image")
         if not path.exists():
             if i == len(parts) - 1 and not Path(source).is_dir():
                 path.touch()
@@ -175,8 +188,10 @@ def ch_run(edf: dict, rootfs: Path) -> list:
         flags.append(f"--cd={edf['workdir']}")
     flags.append("--env-no-expand")  # the values are expanded already
     flags += [f"--set-env={name}={value}" for name, value in image_environment(rootfs).items()]
-    flags += [f"--set-env={name}={value}" if value != "" else f"--unset-env={name}"
-              for name, value in edf.get("env", {}).items()]
+    flags += [
+        f"--set-env={name}={value}" if value != "" else f"--unset-env={name}"
+        for name, value in edf.get("env", {}).items()
+    ]
     flags += [str(rootfs), "--"]
     if edf.get("entrypoint", True) and (rootfs / "etc" / "rc").is_file():
         flags += ["/bin/sh", "/etc/rc"]
@@ -204,7 +219,7 @@ def split(argv: list) -> tuple:
         if arg.startswith("--environment="):
             edf = arg.split("=", 1)[1]
         elif arg == "--":
-            return options, edf, argv[i + 1:]
+            return options, edf, argv[i + 1 :]
         elif arg.startswith("-"):
             options.append(arg)
         else:

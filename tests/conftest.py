@@ -6,9 +6,7 @@ import shutil
 import signal
 
 import pytest
-
 from helpers import HARDWARE_CAUSE, gpu_count, sample_path, skip_for_hardware
-
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -68,13 +66,14 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") and not gpu_count():
         skip_for_hardware("needs a CUDA or ROCm GPU: torch sees none on this host")
     if item.get_closest_marker("cpu") and gpu_count():
-        skip_for_hardware(f"assumes a CPU-only host (fp16 refused, gloo, device cpu); torch sees {gpu_count()} "
-                          "GPU(s) here: the gpu tier covers this host")
+        skip_for_hardware(
+            f"assumes a CPU-only host (fp16 refused, gloo, device cpu); torch sees {gpu_count()} "
+            "GPU(s) here: the gpu tier covers this host"
+        )
     if item.get_closest_marker("mpi") and not shutil.which("mpirun"):
         pytest.skip("mpirun is not installed (make test installs Open MPI from Debian when run as root)")
     if item.get_closest_marker("mpi") and gpu_count() == 1:
-        skip_for_hardware("two ranks on one host need its CPU or two GPUs (NCCL takes a GPU per rank); this host "
-                          "has 1")
+        skip_for_hardware("two ranks on one host need its CPU or two GPUs (NCCL takes a GPU per rank); this host has 1")
 
 
 def pytest_collection_modifyitems(items):
@@ -94,8 +93,10 @@ def pytest_runtest_makereport(item, call):
         return
     tiers = {m.name for m in item.iter_markers()} & item.config.stash[_TIERS]
     report.outcome = "failed"
-    report.longrepr = (f"skipped in a run that must run every tier (CI or BERT_SQUAD_REQUIRE_ALL=1; tiers of this "
-                       f"test: {', '.join(sorted(tiers)) or 'none'}): {reason}")
+    report.longrepr = (
+        f"skipped in a run that must run every tier (CI or BERT_SQUAD_REQUIRE_ALL=1; tiers of this "
+        f"test: {', '.join(sorted(tiers)) or 'none'}): {reason}"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +123,8 @@ def tiny_model(tmp_path_factory):
     return build_tiny_model("bert", tmp_path_factory.mktemp("tiny-bert"))
 
 
-# A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, and a
-# real multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py).
+# A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, a real
+# multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py), and the
+# Container Engine's stand-in (tests/test_container_engine.py).
+from ce_cluster import ce_cluster, ce_image, ce_srun  # noqa: E402,F401
 from slurm_cluster import multinode_cluster, slurm_cluster  # noqa: E402,F401

@@ -36,7 +36,7 @@ def sample_path(name):
     return ROOT / "bert_squad" / "sample" / name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_count():
     """CUDA or ROCm devices torch sees here (ROCm builds answer through torch.cuda too)."""
     import torch
@@ -88,7 +88,7 @@ def random_predictions(squad, seed):
                     preds[q["id"]] = ""
                 else:
                     i = rng.randrange(len(ctx))
-                    preds[q["id"]] = ctx[i:i + rng.randrange(1, 60)]
+                    preds[q["id"]] = ctx[i : i + rng.randrange(1, 60)]
                 na[q["id"]] = round(rng.random(), 2)  # rounded: ties, as real confidences have
     return preds, na
 
@@ -97,8 +97,7 @@ def decode_spans(examples, tokenizer, win, features):
     """Character spans of the labelled tokens, recomputed from the tokenizer's offsets."""
     from bert_squad.features import _tokenize
 
-    batch = {"question": [r["question"] for r in examples.records],
-             "context": [r["context"] for r in examples.records]}
+    batch = {"question": [r["question"] for r in examples.records], "context": [r["context"] for r in examples.records]}
     enc = _tokenize(batch, tokenizer, win)
     assert len(enc["input_ids"]) == len(features)
     spans = []
@@ -108,7 +107,7 @@ def decode_spans(examples, tokenizer, win, features):
         assert feat["example_index"] == enc["overflow_to_sample_mapping"][i]
         if s:
             assert enc.sequence_ids(i)[s] == 1 and enc.sequence_ids(i)[e] == 1
-            spans.append((ex, ex["context"][enc["offset_mapping"][i][s][0]:enc["offset_mapping"][i][e][1]]))
+            spans.append((ex, ex["context"][enc["offset_mapping"][i][s][0] : enc["offset_mapping"][i][e][1]]))
     return spans
 
 
@@ -142,9 +141,15 @@ class Started:
         folder.mkdir(parents=True, exist_ok=True)
         self.cmd, self.stdout_file, self.stderr_file = list(map(str, cmd)), folder / "stdout", folder / "stderr"
         with open(self.stdout_file, "wb") as out, open(self.stderr_file, "wb") as err:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
-                                         env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+                start_new_session=True,
+            )
 
     def __enter__(self):
         return self
@@ -196,8 +201,10 @@ def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
     import tempfile
 
     env = {**launcher_env(launcher), **(env or {})}
-    with tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder, \
-            Started([*launcher, PYTHON, "-m", "bert_squad", *args], folder, env=env, cwd=cwd) as proc:
+    with (
+        tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder,
+        Started([*launcher, PYTHON, "-m", "bert_squad", *args], folder, env=env, cwd=cwd) as proc,
+    ):
         code = proc.wait(timeout)
         return subprocess.CompletedProcess(proc.cmd, code, proc.stdout, proc.stderr)
 
@@ -247,8 +254,18 @@ def free_port():
 def tiny_run_args(model, train, out, *extra, cache=None):
     """The arguments of a short training run of the tiny model: short windows, the cache beside the output
     dir unless given, then `extra` (steps, config, evaluation: each test's own)."""
-    return ["--model", str(model), "--train-file", str(train), "--output-dir", str(out),
-            "--cache-dir", str(cache or Path(out).parent / "cache"), *TINY_WINDOWS, *map(str, extra)]
+    return [
+        "--model",
+        str(model),
+        "--train-file",
+        str(train),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(cache or Path(out).parent / "cache"),
+        *TINY_WINDOWS,
+        *map(str, extra),
+    ]
 
 
 TINY_WINDOWS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24"]

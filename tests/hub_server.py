@@ -28,12 +28,23 @@ class Repo:
         self.sha = hashlib.sha1(b"".join(hashlib.sha1(data).digest() for data in self.files.values())).hexdigest()
 
     def info(self):
-        return {"_id": self.sha[:24], "id": self.id, "modelId": self.id, "sha": self.sha, "private": False,
-                "gated": False, "disabled": False, "tags": [], "siblings": [{"rfilename": n} for n in self.files]}
+        return {
+            "_id": self.sha[:24],
+            "id": self.id,
+            "modelId": self.id,
+            "sha": self.sha,
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "tags": [],
+            "siblings": [{"rfilename": n} for n in self.files],
+        }
 
     def tree(self):
-        return [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                for name, data in self.files.items()]
+        return [
+            {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+            for name, data in self.files.items()
+        ]
 
 
 def _handler(repos, requests):
@@ -61,12 +72,15 @@ def _handler(repos, requests):
                 if path.startswith(f"{api}/tree/"):
                     return self._send(200, json.dumps(repo.tree()).encode())
                 if path.startswith(resolve):
-                    _, _, name = path[len(resolve):].partition("/")
+                    _, _, name = path[len(resolve) :].partition("/")
                     if name in repo.files:
                         data = repo.files[name]
-                        return self._send(200, data, [("X-Repo-Commit", repo.sha),
-                                                      ("ETag", f'"{hashlib.sha256(data).hexdigest()}"')],
-                                          content_type="application/octet-stream")
+                        return self._send(
+                            200,
+                            data,
+                            [("X-Repo-Commit", repo.sha), ("ETag", f'"{hashlib.sha256(data).hexdigest()}"')],
+                            content_type="application/octet-stream",
+                        )
             self._send(404, b'{"error": "Repository not found"}', [("X-Error-Code", "RepoNotFound")])
 
         do_GET = do_HEAD = _route

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import standin_runtime
 from helpers import ROOT, run_bert_squad
 
@@ -19,6 +18,19 @@ BUILD = ROOT / "tests" / "charliecloud_image.sh"
 MARKER = "/etc/bert-squad-ch-test-image"  # a file only the image has
 MARKER_TEXT = "bert-squad Charliecloud test image"  # how it begins
 
+# What the probe records of a process's environment: the stand-in runtimes' variables and the container's own.
+PROBED_ENV = [
+    *standin_runtime.RECORDED_ENV,
+    "TMPDIR",
+    "HOME",
+    "USER",
+    "CH_RUNNING",
+    "BERT_SQUAD_IMAGE_ENV",
+    "CUDA_VISIBLE_DEVICES",
+    "BERT_SQUAD_EDF_ENV",
+    "BERT_SQUAD_ENTRYPOINT",
+    "BERT_SQUAD_UNSET",
+]
 PROBE = f'''\
 import json, os
 _argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
@@ -31,9 +43,7 @@ if b"bert_squad" in _argv and b"check-cache" not in _argv and os.environ.get("CH
     _fstype = _root[_root.index("-") + 1]
     with open(f"/proc/{{os.getppid()}}/comm") as _f:
         _parent = _f.read().strip()
-    _names = {list(standin_runtime.RECORDED_ENV) + ["TMPDIR", "HOME", "USER", "CH_RUNNING", "BERT_SQUAD_IMAGE_ENV",
-                                                     "CUDA_VISIBLE_DEVICES", "BERT_SQUAD_EDF_ENV",
-                                                     "BERT_SQUAD_ENTRYPOINT", "BERT_SQUAD_UNSET"]!r}
+    _names = {PROBED_ENV!r}
     with open(os.path.join(os.environ["CH_PROBE_DIR"], f"{{os.getpid()}}.json"), "w") as _f:
         json.dump({{"marker": _marker, "root_fs": _fstype, "parent": _parent,
                    "env": {{k: os.environ.get(k) for k in _names}}}}, _f)
@@ -75,17 +85,45 @@ def probes(scratch):
 
 
 def ch_train_args(model, out, *more):
-    return ["--model", model, "--train-file", "bert_squad/sample/train-v1.1.json",
-            "--eval-file", "bert_squad/sample/dev-v1.1.json", "--output-dir", out, "--max-steps", "4",
-            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json", *more]
+    return [
+        "--model",
+        model,
+        "--train-file",
+        "bert_squad/sample/train-v1.1.json",
+        "--eval-file",
+        "bert_squad/sample/dev-v1.1.json",
+        "--output-dir",
+        out,
+        "--max-steps",
+        "4",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+        *more,
+    ]
 
 
 def assert_predictions_of_one_process(out, tmp_path):
     """The containers' 2-rank evaluation (ch_train_args) gave the predictions that one process outside any
     container gives on the model they exported."""
     outside = tmp_path / "outside"
-    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", "bert_squad/sample/dev-v1.1.json",
-                       "--output-dir", outside, "--cache-dir", tmp_path / "cache-outside", "--max-seq-length", "128",
-                       "--doc-stride", "48")
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        out,
+        "--eval-file",
+        "bert_squad/sample/dev-v1.1.json",
+        "--output-dir",
+        outside,
+        "--cache-dir",
+        tmp_path / "cache-outside",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert (outside / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()

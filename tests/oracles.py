@@ -14,6 +14,8 @@
   published rules by worked examples and properties.
 """
 
+from __future__ import annotations
+
 import pytest
 
 
@@ -25,16 +27,25 @@ def questions(articles: list):
 
 
 def _torchmetrics_squad():
-    return pytest.importorskip("torchmetrics.functional.text.squad",
-                               reason="torchmetrics is the SQuAD v1.1 oracle (setup.cfg's test extra installs it)").squad
+    return pytest.importorskip(
+        "torchmetrics.functional.text.squad",
+        reason="torchmetrics is the SQuAD v1.1 oracle (setup.cfg's test extra installs it)",
+    ).squad
 
 
 def torchmetrics_v1(articles: list, predictions: dict) -> dict:
     """torchmetrics' SQuAD v1.1 score of a whole file: {"exact_match", "f1"} in percent, as Python floats."""
     squad = _torchmetrics_squad()
-    targets = [{"id": q["id"], "answers": {"text": [a["text"] for a in q["answers"]],
-                                          "answer_start": [a.get("answer_start", 0) for a in q["answers"]]}}
-               for q in questions(articles)]
+    targets = [
+        {
+            "id": q["id"],
+            "answers": {
+                "text": [a["text"] for a in q["answers"]],
+                "answer_start": [a.get("answer_start", 0) for a in q["answers"]],
+            },
+        }
+        for q in questions(articles)
+    ]
     preds = [{"id": qid, "prediction_text": text} for qid, text in predictions.items()]
     import warnings
 
@@ -45,28 +56,43 @@ def torchmetrics_v1(articles: list, predictions: dict) -> dict:
 
 def torchmetrics_v1_question(prediction: str, references: list) -> tuple:
     """torchmetrics' (exact match, F1) of one question, in 0..1."""
-    one = torchmetrics_v1([{"paragraphs": [{"qas": [{"id": "q", "answers": [{"text": r} for r in references]}]}]}],
-                          {"q": prediction})
+    one = torchmetrics_v1(
+        [{"paragraphs": [{"qas": [{"id": "q", "answers": [{"text": r} for r in references]}]}]}], {"q": prediction}
+    )
     return one["exact_match"] / 100, one["f1"] / 100
 
 
 def squad_metrics_v2():
     """transformers 4.x's squad_metrics module, or skip (transformers 5 no longer ships it)."""
-    return pytest.importorskip("transformers.data.metrics.squad_metrics",
-                               reason="transformers 4.x's squad_metrics is the SQuAD v2.0 oracle; the compat "
-                               "environment has it (make test-compat runs the tests marked transformers4)")
+    return pytest.importorskip(
+        "transformers.data.metrics.squad_metrics",
+        reason="transformers 4.x's squad_metrics is the SQuAD v2.0 oracle; the compat "
+        "environment has it (make test-compat runs the tests marked transformers4)",
+    )
 
 
 def _examples(articles: list) -> list:
     from transformers.data.processors.squad import SquadExample
 
-    return [SquadExample(qas_id=q["id"], question_text=q.get("question", ""), context_text=p.get("context", ""),
-                         answer_text=None, start_position_character=None, title=a.get("title", ""),
-                         answers=q["answers"], is_impossible=not q["answers"])
-            for a in articles for p in a["paragraphs"] for q in p["qas"]]
+    return [
+        SquadExample(
+            qas_id=q["id"],
+            question_text=q.get("question", ""),
+            context_text=p.get("context", ""),
+            answer_text=None,
+            start_position_character=None,
+            title=a.get("title", ""),
+            answers=q["answers"],
+            is_impossible=not q["answers"],
+        )
+        for a in articles
+        for p in a["paragraphs"]
+        for q in p["qas"]
+    ]
 
 
-def transformers_v2(articles: list, predictions: dict, na_probs: dict = None, na_prob_thresh: float = 1.0) -> dict:
+def transformers_v2(articles: list, predictions: dict, na_probs: dict | None = None, na_prob_thresh: float = 1.0
+                    ) -> dict:
     """What the SQuAD v2.0 script prints for these inputs, computed by transformers 4.x's `squad_evaluate`."""
     result = squad_metrics_v2().squad_evaluate(_examples(articles), predictions, na_probs, na_prob_thresh)
     if na_probs is None:

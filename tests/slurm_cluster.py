@@ -26,13 +26,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from helpers import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "scancel", "squeue")
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-            "BOOT_FAIL", "DEADLINE"}
+FINISHED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 OWNER = "owner.pid"  # in a cluster's folder: the pid of the test session that runs it
 MUNGE_SOCKETS = Path("/run")  # munged wants every folder above its socket searchable by all: not pytest's tmp
 # Held while a cluster's munged starts (its folder made, its socket not answering yet) and while the folders
@@ -54,8 +62,9 @@ class SlurmCluster:
         self.conf = root / "slurm.conf"
 
     def run(self, *cmd, **kw):
-        return subprocess.run(list(cmd), capture_output=True, text=True, env=kw.pop("env", self.env),
-                              timeout=kw.pop("timeout", 120), **kw)
+        return subprocess.run(
+            list(cmd), capture_output=True, text=True, env=kw.pop("env", self.env), timeout=kw.pop("timeout", 120), **kw
+        )
 
     def sbatch(self, script, options=(), script_args=(), env=None, cwd=None):
         """Submit; returns the job id. `env` adds to the cluster environment (sbatch exports it all)."""
@@ -140,8 +149,10 @@ def require_slurm():
         pytest.skip("a local Slurm needs root (slurmd runs jobs as their user); run the tests as root")
     missing = [n for n in DAEMONS + CLIENTS + ("munge", "unmunge") if not _which(n)]
     if missing:
-        pytest.skip(f"Slurm/MUNGE not installed (missing {', '.join(missing)}): "
-                    "apt-get install slurm-wlm munge, or `make system-deps`")
+        pytest.skip(
+            f"Slurm/MUNGE not installed (missing {', '.join(missing)}): "
+            "apt-get install slurm-wlm munge, or `make system-deps`"
+        )
 
 
 def make_root(tmp_path_factory, name="slurm"):
@@ -187,6 +198,7 @@ def held(lock_path, timeout):
 
 # --- what a cluster leaves, and clusters whose session died --------------------------------------------
 
+
 def _processes():
     """(pid, argv, environment) of every process, skipping those that vanish while read."""
     for entry in Path("/proc").iterdir():
@@ -228,8 +240,9 @@ def clear_dead_clusters():
     remove their munge sockets: they would hold ports, cores and munged sockets forever."""
     dead = set()
     for pid, _, environ in _processes():
-        confs = [Path(e[len(b"SLURM_CONF="):].decode(errors="replace")) for e in environ
-                 if e.startswith(b"SLURM_CONF=")]
+        confs = [
+            Path(e[len(b"SLURM_CONF=") :].decode(errors="replace")) for e in environ if e.startswith(b"SLURM_CONF=")
+        ]
         # make_root's folders: tmp_path_factory.mktemp("slurm") or ("bsqmn"), wherever the basetemp is
         if confs and confs[0].name == "slurm.conf" and re.fullmatch(rf"(slurm|{PREFIX})\d+", confs[0].parent.name):
             if not _owner_alive(confs[0].parent):
@@ -254,6 +267,7 @@ def _answers(unix_socket):
 
 # --- starting and stopping a cluster -------------------------------------------------------------------
 
+
 def _stop(proc):
     if proc.poll() is None:
         proc.terminate()
@@ -276,10 +290,20 @@ def start_munged(root, env):
     key.chmod(0o400)
     with held(MUNGE_LOCK, timeout=MUNGE_LOCK_WAIT):  # until its socket answers, no clearing takes its folder
         munge_socket(root).parent.mkdir(mode=0o755)
-        proc = subprocess.Popen([_which("munged"), "--foreground", f"--socket={munge_socket(root)}",
-                                 f"--key-file={key}", f"--pid-file={root}/munged.pid",
-                                 f"--seed-file={root}/munged.seed", f"--log-file={root}/munged.log"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                _which("munged"),
+                "--foreground",
+                f"--socket={munge_socket(root)}",
+                f"--key-file={key}",
+                f"--pid-file={root}/munged.pid",
+                f"--seed-file={root}/munged.seed",
+                f"--log-file={root}/munged.log",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while not _answers(munge_socket(root)) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -287,8 +311,12 @@ def start_munged(root, env):
 
 
 def start_slurmctld(conf, env):
-    return subprocess.Popen([_which("slurmctld"), "-D", "-f", str(conf), "-c", "-i"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [_which("slurmctld"), "-D", "-f", str(conf), "-c", "-i"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def wait_idle(cluster, procs, count=1, timeout=60):
@@ -303,8 +331,10 @@ def wait_idle(cluster, procs, count=1, timeout=60):
             break
         time.sleep(0.5)
     logs = "\n".join(f"--- {f.name}\n{f.read_text()[-2000:]}" for f in sorted(cluster.root.glob("*.log")))
-    pytest.fail(f"local Slurm did not come up (node states {states!r}, "
-                f"exited daemons {[p.args[:3] for p in procs if p.poll() is not None]}):\n{logs}")
+    pytest.fail(
+        f"local Slurm did not come up (node states {states!r}, "
+        f"exited daemons {[p.args[:3] for p in procs if p.poll() is not None]}):\n{logs}"
+    )
 
 
 def stop_cluster(cluster, procs):
@@ -344,9 +374,16 @@ def single_node(root, conf, env, daemon_env=None, slurmd_args=()):
     """munged, slurmctld and one slurmd on this host for `conf`; the cluster once its node is idle, all of it
     stopped on the way out. `slurmd_args` are added to slurmd's command line (the fixture's own test makes
     it fail with them)."""
+
     def slurmd(cluster):
-        return [subprocess.Popen([_which("slurmd"), "-D", "-f", str(conf), *slurmd_args], env=daemon_env or env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        return [
+            subprocess.Popen(
+                [_which("slurmd"), "-D", "-f", str(conf), *slurmd_args],
+                env=daemon_env or env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
 
     cluster = SlurmCluster(root, env)
     cluster.conf = conf
@@ -404,8 +441,11 @@ def multinode_processes():
     """Every process of a multinode cluster, this session's or a dead one's: its SLURM_CONF is in a folder
     of this fixture (daemons, munged, slurmstepd and the jobs' processes all carry it)."""
     mark = f"/{PREFIX}".encode()
-    return [pid for pid, _, environ in _processes()
-            if any(e.startswith(b"SLURM_CONF=") and mark in e for e in environ) and pid != os.getpid()]
+    return [
+        pid
+        for pid, _, environ in _processes()
+        if any(e.startswith(b"SLURM_CONF=") and mark in e for e in environ) and pid != os.getpid()
+    ]
 
 
 def _edit_hosts(lines=()):
@@ -430,13 +470,17 @@ def _edit_hosts(lines=()):
 def cleanup_multinode():
     """Remove everything this fixture may have created, by its prefix: daemons and any process in
     its namespaces, the namespaces, links and bridge, and the /etc/hosts block. Safe to repeat."""
-    namespaces = [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines()
-                  if line.startswith(PREFIX)]
+    namespaces = [
+        line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines() if line.startswith(PREFIX)
+    ]
     for ns in namespaces:
         _kill_all(_netns_pids(ns))
     _kill_all(multinode_processes())
-    links = [m for m in re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False).stdout, re.M)
-             if m.startswith(PREFIX)]
+    links = [
+        m
+        for m in re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False).stdout, re.M)
+        if m.startswith(PREFIX)
+    ]
     for link in sorted(links, key=lambda name: name == BRIDGE):  # veths first, the bridge last
         _ip("link", "del", link, check=False)
     for ns in namespaces:
@@ -490,10 +534,22 @@ class MultinodeCluster(SlurmCluster):
         (self.root / "spool" / name).mkdir(exist_ok=True)
         # nsenter, unshare and sh all exec: the Popen's pid is slurmd's.
         node.proc = subprocess.Popen(
-            self.netns_cmd(name, "unshare", "--uts", "sh", "-c",
-                           'hostname "$0" && slurmd=$1 conf=$2 && shift 2 && exec "$slurmd" -D -N "$0" -f "$conf" "$@"',
-                           name, _which("slurmd"), str(self.conf), *slurmd_args),
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.netns_cmd(
+                name,
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                'hostname "$0" && slurmd=$1 conf=$2 && shift 2 && exec "$slurmd" -D -N "$0" -f "$conf" "$@"',
+                name,
+                _which("slurmd"),
+                str(self.conf),
+                *slurmd_args,
+            ),
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return node.proc
 
     def kill_node(self, name, cut_link=False):
@@ -564,18 +620,30 @@ def multinode_slurm(root, count=2, cpus=2, subnet=DEFAULT_SUBNET, slurmd_args=()
             _network(nodes, subnet)
             conf = root / "slurm.conf"
             # SlurmdTimeout: a node that stops answering is DOWN (and its jobs end) in seconds, not 5 minutes.
-            conf.write_text(slurm_conf(
-                root, socket.gethostname(), cpus, ctld_addr=f"{subnet}.1", extra="SlurmdTimeout=20\n",
-                nodes=[f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
-                       for n in nodes]))
+            conf.write_text(
+                slurm_conf(
+                    root,
+                    socket.gethostname(),
+                    cpus,
+                    ctld_addr=f"{subnet}.1",
+                    extra="SlurmdTimeout=20\n",
+                    nodes=[
+                        f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
+                        for n in nodes
+                    ],
+                )
+            )
             # Open MPI: its TCP traffic (the orted wire-up, oob, and the ranks' messages, btl) on the bridge
             # subnet only. A node's namespace has only lo and eth0, and Open MPI skips loopback for remote
             # peers, so mpirun and mpi4py across the nodes also work without these (checked); they keep it
             # that way on a machine with more interfaces. sbatch exports them to every job (and mpirun).
-            env = {**os.environ, "SLURM_CONF": str(conf),
-                   "OMPI_MCA_btl": "tcp,self",
-                   "OMPI_MCA_btl_tcp_if_include": f"{subnet}.0/24",
-                   "OMPI_MCA_oob_tcp_if_include": f"{subnet}.0/24"}
+            env = {
+                **os.environ,
+                "SLURM_CONF": str(conf),
+                "OMPI_MCA_btl": "tcp,self",
+                "OMPI_MCA_btl_tcp_if_include": f"{subnet}.0/24",
+                "OMPI_MCA_oob_tcp_if_include": f"{subnet}.0/24",
+            }
             cluster = MultinodeCluster(root, env, conf, nodes, subnet)
             with running(cluster, lambda c: [c.start_node(n.name, slurmd_args) for n in nodes], count=count):
                 yield cluster

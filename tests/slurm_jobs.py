@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from bert_squad.checkpoint import checkpoint_root
-from helpers import ROOT
 
 GENERIC = ROOT / "slurm" / "generic.sbatch"
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
@@ -28,7 +28,8 @@ def job_env(scratch, **extra):
     container, caches on a scratch. The tests run as root, which a user's Open MPI needs no permission for."""
     return {
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "PYTHONUNBUFFERED": "1",
         "BERT_SQUAD_RUNTIME": "none",
         "BERT_SQUAD_SCRATCH": str(scratch),
@@ -47,8 +48,11 @@ def submit(cluster, tmp_path, args, env, options=(), script=GENERIC):
 def submitting_env(monkeypatch, cluster, scratch, **extra):
     """This process's environment as a user's shell at sbatch time (job_env), pointed at `cluster`, for the
     in-process `bert-squad launch|sweep --submit`: their sbatch inherits it. Job logs go to `scratch`."""
-    env = {**job_env(scratch, **extra), "SLURM_CONF": str(cluster.conf),
-           "SBATCH_OUTPUT": str(Path(scratch) / "job-%j.out")}
+    env = {
+        **job_env(scratch, **extra),
+        "SLURM_CONF": str(cluster.conf),
+        "SBATCH_OUTPUT": str(Path(scratch) / "job-%j.out"),
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
 
@@ -101,7 +105,8 @@ def wait_for_requeue(cluster, job, log, timeout=600):
     deadline = time.monotonic() + timeout
     while int((info := cluster.job(job)).get("Restarts", 0)) < 1 or info.get("JobState") == "COMPLETING":
         assert info.get("JobState") in (*ACTIVE, "REQUEUED", "COMPLETING"), (
-            f"job {job} ended without a requeue: {info}\n{log_text(log)[-3000:]}")
+            f"job {job} ended without a requeue: {info}\n{log_text(log)[-3000:]}"
+        )
         assert time.monotonic() < deadline, f"job {job} not requeued in {timeout}s: {info}\n{log_text(log)[-3000:]}"
         time.sleep(0.5)
     return info

@@ -15,10 +15,25 @@ import sys
 # The variables the ranks need from the batch shell and the launcher. The stand-in records them as it
 # sees them; tests/test_charliecloud.py checks the same lists inside a real (Charliecloud) container.
 RANK_ENV = {
-    "job": ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NTASKS", "BERT_SQUAD_REPO", "BERT_SQUAD_SCRATCH",
-            "BERT_SQUAD_IMAGE", "BERT_SQUAD_WORK",
-            "BERT_SQUAD_CACHE", "BERT_SQUAD_GPU_ENV", "BERT_SQUAD_NETWORK", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
-            "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PATH"),
+    "job": (
+        "SLURM_JOB_ID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NTASKS",
+        "BERT_SQUAD_REPO",
+        "BERT_SQUAD_SCRATCH",
+        "BERT_SQUAD_IMAGE",
+        "BERT_SQUAD_WORK",
+        "BERT_SQUAD_CACHE",
+        "BERT_SQUAD_GPU_ENV",
+        "BERT_SQUAD_NETWORK",
+        "HF_HOME",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "OMP_NUM_THREADS",
+        "PYTHONUNBUFFERED",
+        "PATH",
+    ),
     "mpirun": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     "srun": ("SLURM_PROCID", "SLURM_LOCALID"),
 }
@@ -26,10 +41,34 @@ RECORDED_ENV = tuple(name for names in RANK_ENV.values() for name in names)
 
 # Options that take a separate value (`-B src:dst`); `--opt=value` forms need no entry.
 VALUED = {
-    "sarus": {"-e", "--env", "--entrypoint", "-w", "--workdir", "--mount", "--pid", "--device", "--annotation",
-              "--mpi-type", "-n", "--name"},
-    "singularity": {"-B", "--bind", "--pwd", "--env", "--mount", "-H", "--home", "-W", "--workdir", "--env-file",
-                    "-o", "--overlay"},
+    "sarus": {
+        "-e",
+        "--env",
+        "--entrypoint",
+        "-w",
+        "--workdir",
+        "--mount",
+        "--pid",
+        "--device",
+        "--annotation",
+        "--mpi-type",
+        "-n",
+        "--name",
+    },
+    "singularity": {
+        "-B",
+        "--bind",
+        "--pwd",
+        "--env",
+        "--mount",
+        "-H",
+        "--home",
+        "-W",
+        "--workdir",
+        "--env-file",
+        "-o",
+        "--overlay",
+    },
 }
 
 
@@ -50,8 +89,14 @@ def main(argv):
         if opt in VALUED[kind] and rest:
             options.append(rest.pop(0))
     image, command = rest[0], rest[1:]
-    record = {"name": name, "sub": sub, "options": options, "image": image, "command": command,
-              "env": {k: os.environ.get(k) for k in RECORDED_ENV}}
+    record = {
+        "name": name,
+        "sub": sub,
+        "options": options,
+        "image": image,
+        "command": command,
+        "env": {k: os.environ.get(k) for k in RECORDED_ENV},
+    }
     with open(os.environ["STANDIN_LOG"], "a") as log:
         log.write(json.dumps(record) + "\n")
     os.execvp(command[0], command)

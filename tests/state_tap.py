@@ -30,23 +30,35 @@ def full_state(engine):
             opt._hp_optimizer_states_linked = False
             opt._lazy_init_hp_params_optimizer_state()
         moments = ("exp_avg", "exp_avg_sq")
-        return {n: [safe_get_full_fp32_param(p)] + [safe_get_full_optimizer_state(p, k) for k in moments]
-                for n, p in named}
+        return {
+            n: [safe_get_full_fp32_param(p)] + [safe_get_full_optimizer_state(p, k) for k in moments] for n, p in named
+        }
     if hasattr(opt, "fp32_groups"):  # FP16_UnfusedOptimizer (16 bits, stage 0): an fp32 copy of each parameter
         name_of = {p: n for n, p in named}
         moments = opt.optimizer.state
-        return {name_of[lp]: [hp.data, moments[hp]["exp_avg"], moments[hp]["exp_avg_sq"]]
-                for lps, hps in zip(opt.fp16_groups, opt.fp32_groups) for lp, hp in zip(lps, hps)}
+        return {
+            name_of[lp]: [hp.data, moments[hp]["exp_avg"], moments[hp]["exp_avg_sq"]]
+            for lps, hps in zip(opt.fp16_groups, opt.fp32_groups)
+            for lp, hp in zip(lps, hps)
+        }
     return {n: [p.data, opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"]] for n, p in named}
 
 
 def dump(engine, dist, progress, kind):
     tensors = {n: [t.detach().float().cpu().clone() for t in ts] for n, ts in full_state(engine).items()}
     if dist.is_main:
-        torch.save({"tensors": tensors, "lr": engine.get_lr(), "global_steps": engine.global_steps,
-                    "weight_decay": [g["weight_decay"] for g in engine.optimizer.param_groups],
-                    "accumulation": engine.gradient_accumulation_steps(), "world_size": dist.world_size,
-                    "progress": dataclasses.asdict(progress)}, DUMPS / f"{kind}-step{progress.step}.pt")
+        torch.save(
+            {
+                "tensors": tensors,
+                "lr": engine.get_lr(),
+                "global_steps": engine.global_steps,
+                "weight_decay": [g["weight_decay"] for g in engine.optimizer.param_groups],
+                "accumulation": engine.gradient_accumulation_steps(),
+                "world_size": dist.world_size,
+                "progress": dataclasses.asdict(progress),
+            },
+            DUMPS / f"{kind}-step{progress.step}.pt",
+        )
 
 
 _save, _load = checkpoint.save, resume.load

@@ -6,11 +6,11 @@ import os
 import subprocess
 
 import pytest
+from helpers import PYTHON, ROOT
 
 from bert_squad.answer import Answerer
 from bert_squad.config import PostprocessConfig, WindowConfig
 from bert_squad.data import read_squad
-from helpers import PYTHON, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -18,8 +18,14 @@ WINDOWS = WindowConfig(max_seq_length=128, doc_stride=48)  # the sample's contex
 
 
 def run_answer(*args, timeout=300):
-    return subprocess.run([PYTHON, "-m", "bert_squad", "answer", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=dict(os.environ, COLUMNS="200"))
+    return subprocess.run(
+        [PYTHON, "-m", "bert_squad", "answer", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="200"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,7 @@ def test_answers_are_spans_of_their_context_best_first(qa, sample_dev):
     assert len(batched) == len(pairs)
     for (question, context), answers in zip(pairs, batched):
         assert 1 <= len(answers) <= 5
-        assert all(context[a.start:a.end] == a.text != "" for a in answers)  # v1.1 model: spans only
+        assert all(context[a.start : a.end] == a.text != "" for a in answers)  # v1.1 model: spans only
         scores = [a.score for a in answers]
         assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
         assert qa.answer(question, context, top_k=5) == answers  # one by one as in a batch
@@ -49,10 +55,29 @@ def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_p
 
     def evaluate(threshold):
         out = tmp_path / f"eval{threshold}"
-        ev = subprocess.run([PYTHON, "-m", "bert_squad", "evaluate", "--model-dir", tiny_model, "--eval-file",
-                             sample_dev_v2, "--output-dir", out, "--cache-dir", tmp_path / "cache",
-                             "--null-score-diff-threshold", str(threshold), *map(str, window_args)],
-                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+        ev = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "bert_squad",
+                "evaluate",
+                "--model-dir",
+                tiny_model,
+                "--eval-file",
+                sample_dev_v2,
+                "--output-dir",
+                out,
+                "--cache-dir",
+                tmp_path / "cache",
+                "--null-score-diff-threshold",
+                str(threshold),
+                *map(str, window_args),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert ev.returncode == 0, ev.stderr
         return out
 
@@ -60,8 +85,17 @@ def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_p
     odds = sorted(json.loads((evaluate(0.0) / "null_odds.json").read_text()).values())
     threshold = odds[len(odds) // 2]
     predictions = json.loads((evaluate(threshold) / "predictions.json").read_text())
-    done = run_answer("--model-dir", tiny_model, "--version-2-with-negative", "--null-score-diff-threshold", threshold,
-                      "--json", "--input", jsonl(tmp_path, read_squad(sample_dev_v2).records), *window_args)
+    done = run_answer(
+        "--model-dir",
+        tiny_model,
+        "--version-2-with-negative",
+        "--null-score-diff-threshold",
+        threshold,
+        "--json",
+        "--input",
+        jsonl(tmp_path, read_squad(sample_dev_v2).records),
+        *window_args,
+    )
     assert done.returncode == 0, done.stderr
     answered = {r["id"]: r["answers"][0]["text"] for r in map(json.loads, done.stdout.splitlines())}
     assert answered == predictions
@@ -70,16 +104,21 @@ def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_p
 
 def jsonl(tmp_path, records):
     path = tmp_path / "questions.jsonl"
-    path.write_text("".join(json.dumps({"id": r["id"], "question": r["question"], "context": r["context"]}) + "\n"
-                            for r in records))
+    path.write_text(
+        "".join(json.dumps({"id": r["id"], "question": r["question"], "context": r["context"]}) + "\n" for r in records)
+    )
     return path
 
 
 @pytest.mark.compat
 @pytest.mark.parametrize("threshold, expect_null", [(-1e9, True), (1e9, False)])
 def test_null_threshold_decides_between_no_answer_and_a_span(tiny_model, sample_dev, threshold, expect_null):
-    qa = Answerer.from_pretrained(tiny_model, windows=WINDOWS, postprocess=PostprocessConfig(null_score_diff_threshold=threshold),
-                                  null_answer=True)
+    qa = Answerer.from_pretrained(
+        tiny_model,
+        windows=WINDOWS,
+        postprocess=PostprocessConfig(null_score_diff_threshold=threshold),
+        null_answer=True,
+    )
     records = read_squad(sample_dev).records[:6]
     for answers in qa.answer_batch([(r["question"], r["context"]) for r in records], top_k=50):
         assert (answers[0].text == "" and answers[0].start is None) == expect_null
@@ -89,8 +128,16 @@ def test_null_threshold_decides_between_no_answer_and_a_span(tiny_model, sample_
 def test_rich_output_shows_question_and_answer(tiny_model, tmp_path):
     context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
     (tmp_path / "ctx.txt").write_text(context)
-    done = run_answer("--model-dir", tiny_model, "--question", "Where was Ada Novak born?",
-                      "--context-file", tmp_path / "ctx.txt", "--top-k", 2)
+    done = run_answer(
+        "--model-dir",
+        tiny_model,
+        "--question",
+        "Where was Ada Novak born?",
+        "--context-file",
+        tmp_path / "ctx.txt",
+        "--top-k",
+        2,
+    )
     assert done.returncode == 0, done.stderr
     assert "Where was Ada Novak born?" in done.stdout and "1. " in done.stdout and "2. " in done.stdout
     [best] = Answerer.from_pretrained(tiny_model).answer("Where was Ada Novak born?", context)
@@ -118,13 +165,17 @@ def test_a_bad_input_line_is_named(tiny_model, tmp_path, case):
     assert err.startswith("bert-squad answer: error: ") and message in err, err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--question", "", "--context", "Ada wrote it."], "--question is empty"),
-    (["--question", "Who?", "--context", " \n"], "--context: the context is empty"),
-    (["--question", "Who?", "--context-file", "/nonexistent/ctx.txt"], "/nonexistent/ctx.txt: no such file"),
-    (["--question", "Who?"], "--question needs --context or --context-file"),
-    (["--question", "Who?", "--context", "Ada wrote it.", "--device", "tpu"], "device 'tpu' is not usable here"),
-], ids=["empty-question", "empty-context", "no-context-file", "no-context", "bad-device"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--question", "", "--context", "Ada wrote it."], "--question is empty"),
+        (["--question", "Who?", "--context", " \n"], "--context: the context is empty"),
+        (["--question", "Who?", "--context-file", "/nonexistent/ctx.txt"], "/nonexistent/ctx.txt: no such file"),
+        (["--question", "Who?"], "--question needs --context or --context-file"),
+        (["--question", "Who?", "--context", "Ada wrote it.", "--device", "tpu"], "device 'tpu' is not usable here"),
+    ],
+    ids=["empty-question", "empty-context", "no-context-file", "no-context", "bad-device"],
+)
 def test_bad_question_or_context_is_one_line(tiny_model, args, message):
     done = run_answer("--model-dir", tiny_model, *args)
     assert done.returncode == 2

@@ -7,13 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import PYTHON, ROOT, run_bert_squad
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bert_squad.cli import main
-from helpers import PYTHON, ROOT, run_bert_squad
-from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.data import read_squad
+from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.errors import UserError, first_line
 
 
@@ -42,98 +42,191 @@ def files(tmp_path, tiny_model):
 
 CASES = {
     "malformed JSON": (lambda w: ["--train-file", w("t.json", '{"data": [')], r"t.json: malformed JSON at line 1"),
-    "truncated JSON": (lambda w: ["--train-file", w("t.json", json.dumps(squad([GOOD_QA]))[:-20])],
-                       r"t.json: malformed JSON"),
+    "truncated JSON": (
+        lambda w: ["--train-file", w("t.json", json.dumps(squad([GOOD_QA]))[:-20])],
+        r"t.json: malformed JSON",
+    ),
     "missing file": (lambda w: ["--train-file", "/nonexistent/train.json"], r"/nonexistent/train.json: no such file"),
-    "missing context": (lambda w: ["--train-file", w("t.json", {"data": [{"title": "T", "paragraphs": [{"qas": []}]}]})],
-                        r"t.json: article 0 \('T'\) paragraph 0: missing field 'context'"),
-    "missing question": (lambda w: ["--train-file", w("t.json", squad([{"id": "q7", "answers": []}]))],
-                         r"t.json: question q7: missing field 'question'"),
-    "missing answers": (lambda w: ["--train-file", w("t.json", squad([{"id": "q8", "question": "?"}]))],
-                        r"t.json: question q8: missing field 'answers'"),
+    "missing context": (
+        lambda w: ["--train-file", w("t.json", {"data": [{"title": "T", "paragraphs": [{"qas": []}]}]})],
+        r"t.json: article 0 \('T'\) paragraph 0: missing field 'context'",
+    ),
+    "missing question": (
+        lambda w: ["--train-file", w("t.json", squad([{"id": "q7", "answers": []}]))],
+        r"t.json: question q7: missing field 'question'",
+    ),
+    "missing answers": (
+        lambda w: ["--train-file", w("t.json", squad([{"id": "q8", "question": "?"}]))],
+        r"t.json: question q8: missing field 'answers'",
+    ),
     "answer_start off, strict": (
-        lambda w: ["--strict", "--train-file",
-                   w("t.json", squad([dict(GOOD_QA, answers=[{"text": "Lugano", "answer_start": 3}])]))],
-        r"t.json: question q1: answer_start does not point at the answer text"),
+        lambda w: [
+            "--strict",
+            "--train-file",
+            w("t.json", squad([dict(GOOD_QA, answers=[{"text": "Lugano", "answer_start": 3}])])),
+        ],
+        r"t.json: question q1: answer_start does not point at the answer text",
+    ),
     "empty question, strict": (
         lambda w: ["--strict", "--train-file", w("t.json", squad([GOOD_QA, dict(GOOD_QA, id="q5", question=" \t")]))],
-        r"t.json: question q5: empty question \(--strict"),
+        r"t.json: question q5: empty question \(--strict",
+    ),
     "empty eval question, strict": (
         lambda w: ["--strict", "--eval-file", w("d.json", squad([dict(GOOD_QA, id="q6", question="")]))],
-        r"d.json: question q6: empty question"),
-    "empty context": (lambda w: ["--train-file", w("t.json", squad([GOOD_QA], context="  "))],
-                      r"t.json: article 0 \('T'\) paragraph 0: empty context"),
+        r"d.json: question q6: empty question",
+    ),
+    "empty context": (
+        lambda w: ["--train-file", w("t.json", squad([GOOD_QA], context="  "))],
+        r"t.json: article 0 \('T'\) paragraph 0: empty context",
+    ),
     "unknown dataset": (lambda w: ["--dataset", "squad_v3"], r"unknown dataset 'squad_v3'"),
     "model path not a model": (lambda w: ["--model", str(w("t.json", "x").parent)], r"not a model directory"),
-    "unknown ds_config key": (lambda w: ["--deepspeed_config", w("c.json", {"train_micro_batch_size_per_gpu": 4,
-                                                                           "zero_optimisation": {"stage": 2}})],
-                              r"c.json: unknown key 'zero_optimisation'"),
+    "unknown ds_config key": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", {"train_micro_batch_size_per_gpu": 4, "zero_optimisation": {"stage": 2}}),
+        ],
+        r"c.json: unknown key 'zero_optimisation'",
+    ),
     "impossible batch arithmetic": (
         lambda w: ["--deepspeed_config", w("c.json", {"train_batch_size": 10, "gradient_accumulation_steps": 3})],
-        r"c.json: train_batch_size 10 is not divisible by gradient_accumulation_steps 3"),
+        r"c.json: train_batch_size 10 is not divisible by gradient_accumulation_steps 3",
+    ),
     "fp16 on CPU": (lambda w: ["--deepspeed_config", str(CONFIG_DIR / "ds_fp16.json")], r"fp16.enabled needs a GPU"),
-    "output dir not writable": (lambda w: ["--output-dir", "/proc/nope/out"], r"/proc/nope/out: output dir cannot be written"),
+    "output dir not writable": (
+        lambda w: ["--output-dir", "/proc/nope/out"],
+        r"/proc/nope/out: output dir cannot be written",
+    ),
     # Each field's type against the format's schema (a non-empty string such as "no" used to read as true).
     "is_impossible a string": (
         lambda w: ["--train-file", w("t.json", squad([dict(GOOD_QA, is_impossible="no")], version="v2.0"))],
-        r"t.json: question q1: field 'is_impossible' should be true or false, not 'no'"),
+        r"t.json: question q1: field 'is_impossible' should be true or false, not 'no'",
+    ),
     "answer_start a boolean": (
-        lambda w: ["--train-file", w("t.json", squad([dict(GOOD_QA, answers=[{"text": "Ada", "answer_start": False}])]))],
-        r"t.json: question q1 answer: field 'answer_start' should be an integer, not False"),
-    "title a number": (lambda w: ["--train-file", w("t.json", {"data": [{"title": 7, "paragraphs": []}]})],
-                       r"t.json: article 0: field 'title' should be a string, not"),
-    "version a number": (lambda w: ["--train-file", w("t.json", dict(squad([GOOD_QA]), version=2.0))],
-                         r"t.json: field 'version' should be a string, not"),
+        lambda w: [
+            "--train-file",
+            w("t.json", squad([dict(GOOD_QA, answers=[{"text": "Ada", "answer_start": False}])])),
+        ],
+        r"t.json: question q1 answer: field 'answer_start' should be an integer, not False",
+    ),
+    "title a number": (
+        lambda w: ["--train-file", w("t.json", {"data": [{"title": 7, "paragraphs": []}]})],
+        r"t.json: article 0: field 'title' should be a string, not",
+    ),
+    "version a number": (
+        lambda w: ["--train-file", w("t.json", dict(squad([GOOD_QA]), version=2.0))],
+        r"t.json: field 'version' should be a string, not",
+    ),
     "impossible with answers": (
         lambda w: ["--eval-file", w("d.json", squad([dict(GOOD_QA, is_impossible=True)], version="v2.0"))],
-        r"d.json: question q1: is_impossible is true, yet it has answers"),
+        r"d.json: question q1: is_impossible is true, yet it has answers",
+    ),
     # Path options of the wrong kind, found before any work.
     "cache dir a file": (lambda w: ["--cache-dir", w("c", "x")], r"--cache-dir \S+/c: not a directory$"),
-    "cache dir under a file": (lambda w: ["--cache-dir", f"{w('c', 'x')}/sub"],
-                               r"--cache-dir \S+/c/sub: not a directory \(\S+/c is a file\)"),
+    "cache dir under a file": (
+        lambda w: ["--cache-dir", f"{w('c', 'x')}/sub"],
+        r"--cache-dir \S+/c/sub: not a directory \(\S+/c is a file\)",
+    ),
     "output dir a file": (lambda w: ["--output-dir", w("o", "x")], r"--output-dir \S+/o: not a directory$"),
     # Numbers a run cannot use (each was a traceback, or silently something else: -1 meant "every step").
-    **{f"{option} {value}": (lambda w, option=option, value=value: [option, value], rf"{option} {value}(\.0)?: must be")
-       for option, value in [("--epochs", "nan"), ("--epochs", "inf"), ("--max-steps", "-3"), ("--warmup-ratio", "2"),
-                             ("--seed", "-1"), ("--eval-every", "-1"), ("--checkpoint-every", "-1"),
-                             ("--peak-tflops", "0"), ("--null-score-diff-threshold", "nan")]},
-    "windows longer than the model": (lambda w: ["--max-seq-length", "1024"],
-                                      r"--max-seq-length 1024: \S+ takes at most 512 tokens"),
+    **{
+        f"{option} {value}": (
+            lambda w, option=option, value=value: [option, value],
+            rf"{option} {value}(\.0)?: must be",
+        )
+        for option, value in [
+            ("--epochs", "nan"),
+            ("--epochs", "inf"),
+            ("--max-steps", "-3"),
+            ("--warmup-ratio", "2"),
+            ("--seed", "-1"),
+            ("--eval-every", "-1"),
+            ("--checkpoint-every", "-1"),
+            ("--peak-tflops", "0"),
+            ("--null-score-diff-threshold", "nan"),
+        ]
+    },
+    "windows longer than the model": (
+        lambda w: ["--max-seq-length", "1024"],
+        r"--max-seq-length 1024: \S+ takes at most 512 tokens",
+    ),
     # What only DeepSpeed's engine would check, on every rank and after the output dir was made.
-    "an optimizer DeepSpeed lacks": (lambda w: ["--deepspeed_config", w("c.json", with_section(
-        "optimizer", {"type": "Adamm", "params": {"lr": 1e-4}}))], r"c.json: optimizer.type 'Adamm' is not one "
-                                                                   r"DeepSpeed builds: one of adagrad, adam, adamw"),
-    "a scheduler DeepSpeed lacks": (lambda w: ["--deepspeed_config", w("c.json", with_section(
-        "scheduler", {"type": "WarmupLinear", "params": {}}))], r"c.json: scheduler.type 'WarmupLinear' is not one "
-                                                                r"DeepSpeed recognises: one of LRRangeTest"),
-    "betas of one number": (lambda w: ["--deepspeed_config", w("c.json", with_section(
-        "optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9], "torch_adam": True}}))],
-        r"c.json: optimizer.params.betas must be two numbers such as \[0.9, 0.999\], not \[0.9\]"),
-    "an optimizer param it does not take": (lambda w: ["--deepspeed_config", w("c.json", with_section(
-        "optimizer", {"type": "SGD", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}}))],
-        r"c.json: optimizer.params are not what SGD takes: .*'betas'"),
-    "a scheduler param it does not take": (lambda w: ["--deepspeed_config", w("c.json", with_section(
-        "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": 10}}))],
-        r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'"),
+    "an optimizer DeepSpeed lacks": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", with_section("optimizer", {"type": "Adamm", "params": {"lr": 1e-4}})),
+        ],
+        r"c.json: optimizer.type 'Adamm' is not one "
+        r"DeepSpeed builds: one of adagrad, adam, adamw",
+    ),
+    "a scheduler DeepSpeed lacks": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", with_section("scheduler", {"type": "WarmupLinear", "params": {}})),
+        ],
+        r"c.json: scheduler.type 'WarmupLinear' is not one "
+        r"DeepSpeed recognises: one of LRRangeTest",
+    ),
+    "betas of one number": (
+        lambda w: [
+            "--deepspeed_config",
+            w(
+                "c.json",
+                with_section(
+                    "optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9], "torch_adam": True}}
+                ),
+            ),
+        ],
+        r"c.json: optimizer.params.betas must be two numbers such as \[0.9, 0.999\], not \[0.9\]",
+    ),
+    "an optimizer param it does not take": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", with_section("optimizer", {"type": "SGD", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}})),
+        ],
+        r"c.json: optimizer.params are not what SGD takes: .*'betas'",
+    ),
+    "a scheduler param it does not take": (
+        lambda w: [
+            "--deepspeed_config",
+            w(
+                "c.json",
+                with_section(
+                    "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": 10}}
+                ),
+            ),
+        ],
+        r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'",
+    ),
     # Valid JSON that is not Unicode: a lone UTF-16 surrogate ("\ud800"), which no tokenizer takes (a TypeError
     # traceback, once). Repaired and counted unless --strict (test_text_no_tokenizer_takes_...); an id never.
-    "a lone surrogate, --strict": (lambda w: ["--strict", "--train-file", w("t.json", squad(
-        [dict(GOOD_QA, question="Where\ud800?")]))], r"t.json: question q1: its question holds a lone UTF-16 "
-                                                      r"surrogate \(\\ud800 at character 5\), which is not Unicode"),
-    "a lone surrogate in an id": (lambda w: ["--train-file", w("t.json", squad([dict(GOOD_QA, id="q\udfff")]))],
-                                  r"t.json: question id 'q\\udfff' holds a lone UTF-16 surrogate \(\\udfff at "
-                                  r"character 1\), which is not Unicode text: no predictions file can name it"),
+    "a lone surrogate, --strict": (
+        lambda w: ["--strict", "--train-file", w("t.json", squad([dict(GOOD_QA, question="Where\ud800?")]))],
+        r"t.json: question q1: its question holds a lone UTF-16 "
+        r"surrogate \(\\ud800 at character 5\), which is not Unicode",
+    ),
+    "a lone surrogate in an id": (
+        lambda w: ["--train-file", w("t.json", squad([dict(GOOD_QA, id="q\udfff")]))],
+        r"t.json: question id 'q\\udfff' holds a lone UTF-16 surrogate \(\\udfff at "
+        r"character 1\), which is not Unicode text: no predictions file can name it",
+    ),
     # JSON nested deeper than Python's parser goes (a RecursionError traceback, once).
-    "a data file nested too deep": (lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
-                                    r"t.json: JSON nested deeper than the parser allows"),
-    "a config nested too deep": (lambda w: ["--deepspeed_config", w("c.json", "[" * 100_000 + "]" * 100_000)],
-                                 r"c.json: JSON nested deeper than the parser allows"),
+    "a data file nested too deep": (
+        lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
+        r"t.json: JSON nested deeper than the parser allows",
+    ),
+    "a config nested too deep": (
+        lambda w: ["--deepspeed_config", w("c.json", "[" * 100_000 + "]" * 100_000)],
+        r"c.json: JSON nested deeper than the parser allows",
+    ),
 }
 
 
 def with_section(name, section):
     """The shipped fp32 config with one section replaced."""
     return {**json.loads((CONFIG_DIR / "ds_fp32.json").read_text()), name: section}
+
+
 CPU_ONLY = ("fp16 on CPU",)  # on a GPU host fp16 trains (tests/test_gpu.py)
 
 
@@ -151,8 +244,19 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, files, tiny_model, s
     make_args, pattern = CASES[case]
     out = tmp_path / "out"
     extra = [str(a) for a in make_args(files)]
-    argv = ["--model", str(tiny_model), "--train-file", str(sample_train), "--output-dir", str(out),
-            "--cache-dir", str(tmp_path / "cache"), "--max-steps", "1", *extra]
+    argv = [
+        "--model",
+        str(tiny_model),
+        "--train-file",
+        str(sample_train),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--max-steps",
+        "1",
+        *extra,
+    ]
     assert_refused(capsys, argv, pattern, out)
 
 
@@ -161,15 +265,24 @@ def test_evaluate_refuses_a_file_for_a_directory(option, tiny_model, sample_dev,
     """evaluate's directories are checked before the model runs (they were a traceback after it)."""
     (tmp_path / "a-file").write_text("x")
     dirs = {"--cache-dir": tmp_path / "cache", "--output-dir": tmp_path / "out", option: tmp_path / "a-file"}
-    argv = ["evaluate", "--model-dir", str(tiny_model), "--eval-file", str(sample_dev),
-            *[str(part) for pair in dirs.items() for part in pair]]
-    assert_refused(capsys, argv, rf"{option} \S+/a-file: not a directory$", tmp_path / "out",
-                   prog="bert-squad evaluate")
+    argv = [
+        "evaluate",
+        "--model-dir",
+        str(tiny_model),
+        "--eval-file",
+        str(sample_dev),
+        *[str(part) for pair in dirs.items() for part in pair],
+    ]
+    assert_refused(
+        capsys, argv, rf"{option} \S+/a-file: not a directory$", tmp_path / "out", prog="bert-squad evaluate"
+    )
 
 
 # A tokenizer that cannot place a context: (family whose pipeline it breaks, how), tests/tiny_models.py.
-BROKEN_TOKENIZERS = {"empty vocabulary": ("roberta", r"turns the context of question \S+ into no tokens"),
-                     "no second sequence": ("modernbert", r"does not mark the context of question \S+ as a second")}
+BROKEN_TOKENIZERS = {
+    "empty vocabulary": ("roberta", r"turns the context of question \S+ into no tokens"),
+    "no second sequence": ("modernbert", r"does not mark the context of question \S+ as a second"),
+}
 
 
 @pytest.fixture(scope="module", params=BROKEN_TOKENIZERS)
@@ -182,38 +295,70 @@ def broken_tokenizer(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate", "answer"])
-def test_a_tokenizer_that_cannot_place_the_context_is_refused_first(broken_tokenizer, command, sample_train,
-                                                                   sample_dev, tmp_path, capsys):
+def test_a_tokenizer_that_cannot_place_the_context_is_refused_first(
+    broken_tokenizer, command, sample_train, sample_dev, tmp_path, capsys
+):
     """Checked once on the first question, before features are built (it died in features.prepare_train
     on `ctx[0]`, after the output dir was made)."""
     model, pattern = broken_tokenizer
     out = tmp_path / "out"
-    argv = {"train": ["--model", model, "--train-file", sample_train, "--output-dir", out, "--max-steps", 1,
-                      "--cache-dir", tmp_path / "cache"],
-            "evaluate": ["evaluate", "--model-dir", model, "--eval-file", sample_dev, "--output-dir", out,
-                         "--cache-dir", tmp_path / "cache"],
-            "answer": ["answer", "--model-dir", model, "--question", "Who?", "--context", "Ada wrote it."]}[command]
+    argv = {
+        "train": [
+            "--model",
+            model,
+            "--train-file",
+            sample_train,
+            "--output-dir",
+            out,
+            "--max-steps",
+            1,
+            "--cache-dir",
+            tmp_path / "cache",
+        ],
+        "evaluate": [
+            "evaluate",
+            "--model-dir",
+            model,
+            "--eval-file",
+            sample_dev,
+            "--output-dir",
+            out,
+            "--cache-dir",
+            tmp_path / "cache",
+        ],
+        "answer": ["answer", "--model-dir", model, "--question", "Who?", "--context", "Ada wrote it."],
+    }[command]
     prog = "bert-squad" if command == "train" else f"bert-squad {command}"
-    assert_refused(capsys, [str(a) for a in argv], rf"^{prog}: error: {re.escape(str(model))}: its tokenizer {pattern}",
-                   out, prog=prog)
+    assert_refused(
+        capsys,
+        [str(a) for a in argv],
+        rf"^{prog}: error: {re.escape(str(model))}: its tokenizer {pattern}",
+        out,
+        prog=prog,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variable, value, message", [
-    ("WORLD_SIZE", "abc", "WORLD_SIZE=abc: not a whole number"),
-    ("BERT_SQUAD_CACHE", "{file}", "BERT_SQUAD_CACHE={file}: not a directory"),
-    ("BERT_SQUAD_DEBUG", "yes", "BERT_SQUAD_DEBUG=yes: use 1"),
-    ("DS_ACCELERATOR", "gpu", "DS_ACCELERATOR=gpu: not an accelerator DeepSpeed knows"),
-])
-def test_an_environment_variable_that_cannot_be_is_one_line(variable, value, message, tiny_model, sample_train,
-                                                            tmp_path):
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("WORLD_SIZE", "abc", "WORLD_SIZE=abc: not a whole number"),
+        ("BERT_SQUAD_CACHE", "{file}", "BERT_SQUAD_CACHE={file}: not a directory"),
+        ("BERT_SQUAD_DEBUG", "yes", "BERT_SQUAD_DEBUG=yes: use 1"),
+        ("DS_ACCELERATOR", "gpu", "DS_ACCELERATOR=gpu: not an accelerator DeepSpeed knows"),
+    ],
+)
+def test_an_environment_variable_that_cannot_be_is_one_line(
+    variable, value, message, tiny_model, sample_train, tmp_path
+):
     """As a user's shell sets them, in a process of its own: each is checked where it is read."""
     (tmp_path / "a-file").write_text("x")
     value, message = (text.replace("{file}", str(tmp_path / "a-file")) for text in (value, message))
     env = {variable: value, **({"RANK": "0"} if variable == "WORLD_SIZE" else {})}
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out, "--max-steps", 1,
-                       env=env, timeout=300)
+    r = run_bert_squad(
+        "--model", tiny_model, "--train-file", sample_train, "--output-dir", out, "--max-steps", 1, env=env, timeout=300
+    )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"bert-squad: error: {message}"), lines[0]
@@ -222,8 +367,18 @@ def test_an_environment_variable_that_cannot_be_is_one_line(variable, value, mes
 
 def test_resume_path_that_is_no_checkpoint_writes_nothing(capsys, tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
-    code = main(["--model", str(tiny_model), "--train-file", str(sample_train), "--output-dir", str(out),
-                 "--resume", str(tmp_path / "nothing-here")])
+    code = main(
+        [
+            "--model",
+            str(tiny_model),
+            "--train-file",
+            str(sample_train),
+            "--output-dir",
+            str(out),
+            "--resume",
+            str(tmp_path / "nothing-here"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not a complete checkpoint" in err[0], err
     assert not out.exists()
@@ -238,8 +393,12 @@ def test_answer_start_mismatch_is_counted_and_skipped(tmp_path):
 
 
 def test_empty_questions_are_counted_and_skipped(tmp_path):
-    qas = [GOOD_QA, dict(GOOD_QA, id="q2", question=""), dict(GOOD_QA, id="q3", question=" \n "),
-           dict(GOOD_QA, id="q4", answers=[{"text": "Lugano", "answer_start": 3}])]
+    qas = [
+        GOOD_QA,
+        dict(GOOD_QA, id="q2", question=""),
+        dict(GOOD_QA, id="q3", question=" \n "),
+        dict(GOOD_QA, id="q4", answers=[{"text": "Lugano", "answer_start": 3}]),
+    ]
     p = tmp_path / "t.json"
     p.write_text(json.dumps(squad(qas)))
     ex = read_squad(p)
@@ -251,6 +410,7 @@ def test_empty_questions_are_counted_and_skipped(tmp_path):
 @pytest.mark.slow
 def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_dev, tmp_path):
     """An empty question in the train or eval file is skipped, and the start-up lines say how many."""
+
     def with_empty_questions(path, n):
         doc = json.loads(path.read_text())
         for qa in doc["data"][0]["paragraphs"][0]["qas"][:n]:
@@ -260,14 +420,33 @@ def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_d
         return out
 
     train, dev = with_empty_questions(sample_train, 2), with_empty_questions(sample_dev, 1)
-    r = run_bert_squad("--model", tiny_model, "--train-file", train, "--eval-file", dev, "--max-steps", 1,
-                       "--max-seq-length", 96, "--doc-stride", 16, "--output-dir", tmp_path / "out",
-                       "--cache-dir", tmp_path / "c")
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        train,
+        "--eval-file",
+        dev,
+        "--max-steps",
+        1,
+        "--max-seq-length",
+        96,
+        "--doc-stride",
+        16,
+        "--output-dir",
+        tmp_path / "out",
+        "--cache-dir",
+        tmp_path / "c",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    questions = {p: sum(len(para["qas"]) for a in json.loads(p.read_text())["data"] for para in a["paragraphs"])
-                 for p in (train, dev)}
-    assert (f"train {train}: {questions[train] - 2} questions" in r.stdout
-            and "0 questions skipped (answer_start off its text), 2 skipped (empty question)" in r.stdout), r.stdout
+    questions = {
+        p: sum(len(para["qas"]) for a in json.loads(p.read_text())["data"] for para in a["paragraphs"])
+        for p in (train, dev)
+    }
+    assert (
+        f"train {train}: {questions[train] - 2} questions" in r.stdout
+        and "0 questions skipped (answer_start off its text), 2 skipped (empty question)" in r.stdout
+    ), r.stdout
     assert f"eval {dev}: {questions[dev] - 1} questions" in r.stdout and "1 skipped (empty question)" in r.stdout
     assert len(json.loads((tmp_path / "out" / "predictions.json").read_text())) == questions[dev] - 1
 
@@ -278,11 +457,16 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     assert "Traceback" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("err, line", [
-    (ValueError("\n  first problem  \nthe detail\n"), "first problem"),  # leading blank lines, padding
-    (OSError(""), "OSError"), (KeyError(), "KeyError"),  # nothing to say but the type
-    (RuntimeError("  \n\t\n"), "RuntimeError"),  # only blanks
-    (AssertionError("one line"), "one line")])
+@pytest.mark.parametrize(
+    "err, line",
+    [
+        (ValueError("\n  first problem  \nthe detail\n"), "first problem"),  # leading blank lines, padding
+        (OSError(""), "OSError"),
+        (KeyError(), "KeyError"),  # nothing to say but the type
+        (RuntimeError("  \n\t\n"), "RuntimeError"),  # only blanks
+        (AssertionError("one line"), "one line"),
+    ],
+)
 def test_a_library_error_is_said_in_its_first_line(err, line):
     """Every place that reports a library's error (model and tokenizer loading, DeepSpeed's checks and its
     converter, the hub, a torch device) says it in the same one line."""
@@ -293,10 +477,30 @@ def test_a_library_error_is_said_in_its_first_line(err, line):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 50) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["data", "paragraphs", "context", "qas", "id", "question", "answers", "text",
-                         "answer_start", "is_impossible", "title"]), inner, max_size=5),
-    max_leaves=25)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "data",
+                    "paragraphs",
+                    "context",
+                    "qas",
+                    "id",
+                    "question",
+                    "answers",
+                    "text",
+                    "answer_start",
+                    "is_impossible",
+                    "title",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -311,7 +515,7 @@ def test_fuzz_reader_raises_only_user_errors(doc, tmp_path):
     else:
         for r in ex.records:
             for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"]):
-                assert r["context"][s:s + len(t)] == t
+                assert r["context"][s : s + len(t)] == t
 
 
 # Words the sample's WordPiece vocabulary splits in different ways (accents folded, punctuation split off,
@@ -319,8 +523,7 @@ def test_fuzz_reader_raises_only_user_errors(doc, tmp_path):
 # of whole words starts and ends on token boundaries, so a window that holds it can label exactly its
 # characters, and a token that touches it (a comma right after it) is not part of it.
 PUNCTUATION = [",", ".", "(", ")"]
-WORDS = [*PUNCTUATION, "Ada", "was", "born", "in", "Lugano", "1834", "the", "née", "co-op", "x" * 30, "ünï",
-         "Krakow's"]
+WORDS = [*PUNCTUATION, "Ada", "was", "born", "in", "Lugano", "1834", "the", "née", "co-op", "x" * 30, "ünï", "Krakow's"]
 SEPARATORS = [" ", "  ", "\n", " \t "]
 
 
@@ -336,16 +539,24 @@ def test_fuzz_an_answer_is_labelled_exactly_in_every_window_that_holds_it(data, 
 
     tok = load_tokenizer(tiny_model)
     words = data.draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=120))
-    pieces = [w + data.draw(st.sampled_from(([""] if {w, after} & set(PUNCTUATION) else []) + SEPARATORS))
-              for w, after in zip(words, words[1:] + [""])]
+    pieces = [
+        w + data.draw(st.sampled_from(([""] if {w, after} & set(PUNCTUATION) else []) + SEPARATORS))
+        for w, after in zip(words, [*words[1:], ""])
+    ]
     starts = [sum(map(len, pieces[:k])) for k in range(len(pieces))]
     first = data.draw(st.integers(0, len(words) - 1))
     last = data.draw(st.integers(first, min(len(words) - 1, first + 8)))
     context, start, end = "".join(pieces), starts[first], starts[last] + len(words[last])
     question = data.draw(st.text(min_size=1, max_size=40))
     assume(question.strip())  # the reader drops blank questions before features are built
-    rec = {"id": "f", "title": "", "context": context, "question": question,
-           "answers": {"text": [context[start:end]], "answer_start": [start]}, "is_impossible": False}
+    rec = {
+        "id": "f",
+        "title": "",
+        "context": context,
+        "question": question,
+        "answers": {"text": [context[start:end]], "answer_start": [start]},
+        "is_impossible": False,
+    }
     win = WindowConfig(data.draw(st.integers(32, 96)), data.draw(st.integers(4, 16)), data.draw(st.integers(4, 12)))
     batch = {k: [v] for k, v in dict(rec, index=0).items()}
     enc = prepare_train(batch, tok, win)
@@ -367,6 +578,7 @@ def test_fuzz_an_answer_is_labelled_exactly_in_every_window_that_holds_it(data, 
 
 # --- text a tokenizer cannot take, through the command line -------------------------------------------
 
+
 def damaged_text_file(path: Path) -> Path:
     """A SQuAD file whose text reaches a tokenizer in the shapes it refuses or reduces to nothing: lone UTF-16
     surrogates (valid JSON escapes) in a context, a question and an answer, and a context of control
@@ -375,8 +587,10 @@ def damaged_text_file(path: Path) -> Path:
     paragraphs = [
         {"context": context + " \ud800", "qas": [GOOD_QA]},
         {"context": context, "qas": [dict(GOOD_QA, id="q2", question="Where\udfff?")]},
-        {"context": "Ada was born in L\udc80gano.", "qas": [dict(GOOD_QA, id="q3", answers=[
-            {"text": "L\udc80gano", "answer_start": 16}])]},
+        {
+            "context": "Ada was born in L\udc80gano.",
+            "qas": [dict(GOOD_QA, id="q3", answers=[{"text": "L\udc80gano", "answer_start": 16}])],
+        },
         {"context": "\x01\x02\x03", "qas": [dict(GOOD_QA, id="q4", answers=[{"text": "\x02", "answer_start": 1}])]},
     ]
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "T", "paragraphs": paragraphs}]}))
@@ -391,18 +605,49 @@ def test_text_no_tokenizer_takes_is_repaired_and_counted(tiny_model, tmp_path):
     as the start-up lines count skipped questions; the context of no tokens trains on CLS, counted with the
     answers no window holds."""
     data, out = damaged_text_file(tmp_path / "damaged.json"), tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", data, "--eval-file", data, "--output-dir", out,
-                       "--cache-dir", tmp_path / "cache", "--max-steps", 1, "--max-seq-length", 64,
-                       "--max-query-length", 16, "--doc-stride", 16)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        data,
+        "--eval-file",
+        data,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--max-steps",
+        1,
+        "--max-seq-length",
+        64,
+        "--max-query-length",
+        16,
+        "--doc-stride",
+        16,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     counts = json.loads((out / "train_metrics.json").read_text())["features"]
     assert counts["repaired_surrogates"] == 3 and counts["answers_in_no_window"] == 1, counts
     assert counts["examples"] == 4 and r.stdout.count("3 repaired (lone UTF-16 surrogates replaced by U+FFFD)") == 2
     predictions = json.loads((out / "predictions.json").read_text(encoding="utf-8"))
     assert sorted(predictions) == ["q1", "q2", "q3", "q4"]
-    r = run_bert_squad("predict", "--model-dir", out, "--input", data, "--output-dir", tmp_path / "predicted",
-                       "--cache-dir", tmp_path / "cache", "--max-seq-length", 64, "--max-query-length", 16,
-                       "--doc-stride", 16)
+    r = run_bert_squad(
+        "predict",
+        "--model-dir",
+        out,
+        "--input",
+        data,
+        "--output-dir",
+        tmp_path / "predicted",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--max-seq-length",
+        64,
+        "--max-query-length",
+        16,
+        "--doc-stride",
+        16,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "predicted" / "predictions.json").read_text(encoding="utf-8")) == predictions
 
@@ -411,15 +656,37 @@ def test_answer_refuses_text_no_tokenizer_takes_in_one_line(tiny_model, tmp_path
     """`answer` has nothing to count repairs in: a lone surrogate in its input is one line naming the line of
     the file, or the option whose bytes were not UTF-8 (Python decodes those to lone surrogates)."""
     lines = tmp_path / "q.jsonl"
-    lines.write_text(json.dumps({"question": "Where?", "context": "Ada was born in Lugano."}) + "\n" +
-                     json.dumps({"question": "Where?", "context": "Ada was born in \ud800Lugano."}) + "\n")
+    lines.write_text(
+        json.dumps({"question": "Where?", "context": "Ada was born in Lugano."})
+        + "\n"
+        + json.dumps({"question": "Where?", "context": "Ada was born in \ud800Lugano."})
+        + "\n"
+    )
     code, err = run_cli(capsys, ["answer", "--model-dir", str(tiny_model), "--input", str(lines)])
-    assert code == 2 and err == [f"bert-squad answer: error: {lines}:2: field 'context' holds a lone UTF-16 "
-                                 f"surrogate (\\ud800 at character 16), which is not Unicode text: no tokenizer "
-                                 f"takes it"], err
-    r = subprocess.run([PYTHON, "-m", "bert_squad", "answer", "--model-dir", str(tiny_model), "--question",
-                        b"Wh\xffere?", "--context", "Ada was born in Lugano."], capture_output=True, cwd=ROOT,
-                       timeout=300, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    assert code == 2 and err == [
+        f"bert-squad answer: error: {lines}:2: field 'context' holds a lone UTF-16 "
+        f"surrogate (\\ud800 at character 16), which is not Unicode text: no tokenizer "
+        f"takes it"
+    ], err
+    r = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "bert_squad",
+            "answer",
+            "--model-dir",
+            str(tiny_model),
+            "--question",
+            b"Wh\xffere?",
+            "--context",
+            "Ada was born in Lugano.",
+        ],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "LC_ALL": "C.UTF-8"},
+    )
     assert r.returncode == 2 and r.stderr.decode().strip().splitlines() == [
         "bert-squad answer: error: --question holds a lone UTF-16 surrogate (\\udcff at character 2), which is "
-        "not Unicode text: no tokenizer takes it (a byte that is not UTF-8?)"], r.stderr.decode()[-2000:]
+        "not Unicode text: no tokenizer takes it (a byte that is not UTF-8?)"
+    ], r.stderr.decode()[-2000:]

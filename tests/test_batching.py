@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import run_bert_squad
 
 from bert_squad.batching import BatchPlan, Collator
-from helpers import run_bert_squad
 
 
 def lengths(n=1000, seed=0):
@@ -58,8 +58,10 @@ def test_grouping_cuts_padding():
 
 
 def test_collator_pads_to_batch_or_fixed_length():
-    rows = [{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "start_positions": 1, "end_positions": 2},
-            {"input_ids": [4], "attention_mask": [1], "start_positions": 0, "end_positions": 0}]
+    rows = [
+        {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "start_positions": 1, "end_positions": 2},
+        {"input_ids": [4], "attention_mask": [1], "start_positions": 0, "end_positions": 0},
+    ]
     b = Collator(pad_id=0)(rows)
     assert b["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and b["attention_mask"].tolist()[1] == [1, 0, 0]
     assert Collator(pad_id=0, pad_to=8)(rows)["input_ids"].shape == (2, 8)
@@ -74,8 +76,18 @@ def test_train_set_smaller_than_one_global_batch_trains(tiny_model, sample_train
     train = tmp_path / "small.json"
     train.write_text(json.dumps(small))
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", train, "--max-steps", 2,
-                       "--output-dir", out, "--cache-dir", tmp_path / "c")
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        train,
+        "--max-steps",
+        2,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "c",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "fewer than one global batch of 16" in r.stdout
     assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2

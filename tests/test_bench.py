@@ -16,28 +16,57 @@ pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
 def throughput(*args):
-    return subprocess.run([PYTHON, ROOT / "bench" / "throughput.py", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [PYTHON, ROOT / "bench" / "throughput.py", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
 
 
 @pytest.mark.cpu
 def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_train, tmp_path):
-    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 256, "--steps", 4,
-                   "--cache-dir", tmp_path)
+    r = throughput(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-seq-length",
+        256,
+        "--steps",
+        4,
+        "--cache-dir",
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["samples_per_second"] > 0 and result["fixed_padding_samples_per_second"] > 0
     assert result["speedup_vs_fixed_padding"] == pytest.approx(
-        result["samples_per_second"] / result["fixed_padding_samples_per_second"])
+        result["samples_per_second"] / result["fixed_padding_samples_per_second"]
+    )
     assert (result["device"], result["precision"], result["max_seq_length"]) == ("cpu", "fp32", 256)
     assert "--pad-to-max-length" in r.stdout and "project batching" in r.stdout and "fixed 256 padding" in r.stdout
 
 
 def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_train, tmp_path):
-    r = throughput("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 48, "--steps", 4,
-                   "--cache-dir", tmp_path)
+    r = throughput(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-seq-length",
+        48,
+        "--steps",
+        4,
+        "--cache-dir",
+        tmp_path,
+    )
     assert r.returncode != 0
-    assert "--max-seq-length 48 leaves no room for context" in r.stderr and "throughput: the grouped run failed" in r.stderr
+    assert (
+        "--max-seq-length 48 leaves no room for context" in r.stderr
+        and "throughput: the grouped run failed" in r.stderr
+    )
     assert "Traceback" not in r.stderr
 
 
@@ -51,8 +80,13 @@ def test_random_bert_base_has_the_bert_base_shape(tiny_model, tmp_path):
     spec.loader.exec_module(bench)
     out = bench.random_bert_base(tiny_model, tmp_path / "bert-base-random")
     cfg = AutoConfig.from_pretrained(out)
-    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
-            cfg.max_position_embeddings) == (12, 768, 12, 3072, 512)
+    assert (
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.intermediate_size,
+        cfg.max_position_embeddings,
+    ) == (12, 768, 12, 3072, 512)
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
@@ -83,8 +117,22 @@ def test_scaling_model_table():
 
 def test_checkpoint_costs_end_in_json(tiny_model, tmp_path):
     """One ZeRO-2 checkpoint on one rank: its write and CRC seconds from the marker, its conversion."""
-    r = subprocess.run([PYTHON, ROOT / "bench" / "checkpoint_costs.py", "--model", tiny_model, "--configs",
-                        "zero2_bf16", "--ranks", "1"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            PYTHON,
+            ROOT / "bench" / "checkpoint_costs.py",
+            "--model",
+            tiny_model,
+            "--configs",
+            "zero2_bf16",
+            "--ranks",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
     assert row["config"] == "zero2_bf16" and row["checkpoint_mb"] > 0 and row["universal_mb"] > 0
@@ -92,10 +140,26 @@ def test_checkpoint_costs_end_in_json(tiny_model, tmp_path):
 
 
 def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model, sample_train):
-    argv = ["--train-file", sample_train, "--model", tiny_model, "--questions", 1200, "--workers", 1, 3,
-            "--max-seq-length", 128]
-    r = subprocess.run([PYTHON, ROOT / "bench" / "preprocessing.py", *map(str, argv)], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
+    argv = [
+        "--train-file",
+        sample_train,
+        "--model",
+        tiny_model,
+        "--questions",
+        1200,
+        "--workers",
+        1,
+        3,
+        "--max-seq-length",
+        128,
+    ]
+    r = subprocess.run(
+        [PYTHON, ROOT / "bench" / "preprocessing.py", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["questions"] >= 1200 and set(result["questions_per_second"]) == {"1", "3"}
@@ -111,8 +175,9 @@ def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     host's version was never read (datasets' pyarrow>=24, tqdm>=4.66.3, fsspec<=...; the project's rich>=13),
     within 64 MiB with the checkout; without one of them it cannot resolve."""
     kit = tmp_path / "gpu-kit"
-    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     wheels = {w.name.split("-")[0]: w.name for w in kit.glob("*.whl")}
     assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core"} <= wheels.keys(), wheels
@@ -126,8 +191,9 @@ def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     assert "torch==2.11.0  (host)" in r.stdout and "deepspeed==" in r.stdout and "pandas==" in r.stdout
     assert re.search(r"pandas==\S+  \(host, assumed\)", r.stdout)  # datasets takes any pandas
     (kit / wheels["datasets"]).unlink()
-    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
     assert r.returncode != 0 and "the kit does not resolve for the host" in r.stderr and "datasets" in r.stderr
 
 
@@ -141,8 +207,12 @@ def bench_module(name):
 
 
 def project_wheel(kit):
-    built = subprocess.run([PYTHON, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", kit, ROOT],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [PYTHON, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", kit, ROOT],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     return kit
 
@@ -160,16 +230,22 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     here with the project's reason) recording the optimizer the engine built, its skipped steps, its precision
     path and window; the fp32 losses of two runs compared; the gpu tier run."""
     kit, out = project_wheel(tmp_path / "kit"), tmp_path / "out"
-    proc = subprocess.Popen([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(
+        [PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     lines = []
     try:
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
             if section_lines(lines) == ["install"]:  # read while the process runs: it had printed no more
-                assert proc.poll() is None and list(json.loads((out / "gpu_check.json").read_text())["sections"]) \
-                    == ["install"]
+                assert proc.poll() is None and list(json.loads((out / "gpu_check.json").read_text())["sections"]) == [
+                    "install"
+                ]
         assert proc.wait(timeout=900) == 0, "\n".join(lines[-60:])
     finally:
         proc.kill()
@@ -195,8 +271,10 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
         assert row["window"]["of"] == len(row["window"]["samples_per_second_per_window"]) - 1 >= 1, row
     assert rows["ds_bf16"]["precision_path"] == "bf16: AdamW in DeepSpeedZeroOptimizer"
     assert rows["ds_bf16-fixed-128"]["batching"] == "fixed 128" and rows["ds_bf16"]["batching"] == "project"
-    assert all(rows[c]["status"] == "skipped" and "fp16.enabled needs a GPU" in rows[c]["why"]
-               for c in ("ds_fp16", "ds_zero2", "ds_zero3"))
+    assert all(
+        rows[c]["status"] == "skipped" and "fp16.enabled needs a GPU" in rows[c]["why"]
+        for c in ("ds_fp16", "ds_zero2", "ds_zero3")
+    )
     loss = sections["correctness"]
     assert loss["status"] == "ok" and loss["devices"] == {"device": "cpu", "cpu": "cpu"}
     assert len(loss["losses"]["device"]) == loss["steps"] == 4 and loss["max_relative_difference"] <= loss["tolerance"]
@@ -212,14 +290,30 @@ def test_gpu_check_stops_after_install_when_the_hosts_versions_fall_short(tmp_pa
     """A host whose packages miss a requirement of the kit's (here the project's rich>=13, the host's list
     read from a file: this environment's own `pip list` with rich 12): the install section fails naming it,
     and nothing else is started."""
-    freeze = subprocess.run([PYTHON, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            timeout=120).stdout
+    freeze = subprocess.run(
+        [PYTHON, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, timeout=120
+    ).stdout
     host = tmp_path / "host.txt"
     host.write_text(re.sub(r"^rich==\S+$", "rich==12.6.0", freeze, flags=re.M))
     assert "rich==12.6.0" in host.read_text()
     out = tmp_path / "out"
-    r = subprocess.run([PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", project_wheel(tmp_path / "kit"),
-                        "--tiny", "--host-packages", host], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            PYTHON,
+            ROOT / "bench" / "gpu_check.py",
+            "--out",
+            out,
+            "--kit",
+            project_wheel(tmp_path / "kit"),
+            "--tiny",
+            "--host-packages",
+            host,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     install = result["sections"].pop("install")
@@ -235,8 +329,10 @@ def test_a_cut_section_leaves_no_process_and_a_later_one_that_cannot_fit_is_not_
     gpu_check = bench_module("gpu_check")
     check = gpu_check.Check(tmp_path / "out", "tiny", tmp_path, budget=5)
     pid_file = tmp_path / "grandchild.pid"
-    spawn = (f"import subprocess, time; p = subprocess.Popen(['sleep', '300']); "
-             f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    spawn = (
+        f"import subprocess, time; p = subprocess.Popen(['sleep', '300']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(300)"
+    )
     code, text = check.call("sleeper", [PYTHON, "-c", spawn])
     assert code == 124 and "the 5 s budget of bench/gpu_check.py ran out" in text
     grandchild = Path("/proc") / pid_file.read_text()
@@ -254,8 +350,23 @@ def test_the_shipped_bf16_config_trains_without_a_per_parameter_overflow_check(t
     """bench/bf16_paths.py counts in real training runs, through wrappers around DeepSpeed's own methods, the
     calls of has_overflow_serial and the host reads made in it: none with the shipped ds_bf16 (ZeRO stage 1),
     while bf16 at stage 0 calls it every step and reads every parameter tensor's flag (the tap sees them)."""
-    r = subprocess.run([PYTHON, ROOT / "bench" / "bf16_paths.py", "--paths", "ds_bf16", "stage0", "--steps", "2",
-                        "--model", tiny_model], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    r = subprocess.run(
+        [
+            PYTHON,
+            ROOT / "bench" / "bf16_paths.py",
+            "--paths",
+            "ds_bf16",
+            "stage0",
+            "--steps",
+            "2",
+            "--model",
+            tiny_model,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     rows = {row["path"]: row for row in result["rows"]}
@@ -269,9 +380,24 @@ def test_the_shipped_bf16_config_trains_without_a_per_parameter_overflow_check(t
 
 @pytest.mark.cpu  # two ranks on one host: its CPU
 def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train):
-    r = subprocess.run([PYTHON, ROOT / "bench" / "stop_checks.py", "--model", tiny_model, "--train-file",
-                        sample_train, "--signal-at-step", "3", "--max-seq-length", "64"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=900)
+    r = subprocess.run(
+        [
+            PYTHON,
+            ROOT / "bench" / "stop_checks.py",
+            "--model",
+            tiny_model,
+            "--train-file",
+            sample_train,
+            "--signal-at-step",
+            "3",
+            "--max-seq-length",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["steps"] > 3 and result["reduction_steps"][-1] == result["steps"]
@@ -286,8 +412,9 @@ def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(
 
     model = build_tiny_model("eurobert", tmp_path / "eurobert")
     bench = [PYTHON, ROOT / "bench" / "long_context.py", "--model", model, "--steps", 1]
-    r = subprocess.run([*map(str, bench), "--lengths", "512", "8192"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=900)
+    r = subprocess.run(
+        [*map(str, bench), "--lengths", "512", "8192"], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert [row["max_seq_length"] for row in result["rows"]] == [512, 8192] and result["device"] in ("cpu", "cuda")
@@ -299,4 +426,5 @@ def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(
     assert "length  features/s" in r.stdout and "Token indices sequence length" not in r.stderr
     r = subprocess.run([*map(str, bench), "--lengths", "8193"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
-        f"long_context: --max-seq-length 8193: {model} takes at most 8192 tokens (its max_position_embeddings)")
+        f"long_context: --max-seq-length 8193: {model} takes at most 8192 tokens (its max_position_embeddings)"
+    )

@@ -13,9 +13,23 @@ WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32", "--max-query-length",
 
 
 def train(tiny_model, sample_train, sample_dev, out, *extra, launcher=()):
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--output-dir", out, "--cache-dir", out.parent / "cache", "--eval-every", 1, *WINDOWS, *extra,
-                       launcher=launcher)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        out.parent / "cache",
+        "--eval-every",
+        1,
+        *WINDOWS,
+        *extra,
+        launcher=launcher,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r, json.loads((out / "train_metrics.json").read_text())
 
@@ -25,23 +39,46 @@ def test_two_ranks_zero3_keep_the_best_steps_model(tiny_model, sample_train, sam
     """Five evaluated steps on 2 ranks under ZeRO-3 (parameters partitioned): the recorded best is the first
     step with the highest F1, and `evaluate` of the model left in --output-dir scores exactly that."""
     out = tmp_path / "out"
-    r, metrics = train(tiny_model, sample_train, sample_dev, out, "--max-steps", 5, "--learning-rate", "3e-2",
-                       "--keep-best", "--deepspeed_config", zero_on_cpu(tmp_path, 3), launcher=MPIRUN)
+    _r, metrics = train(
+        tiny_model,
+        sample_train,
+        sample_dev,
+        out,
+        "--max-steps",
+        5,
+        "--learning-rate",
+        "3e-2",
+        "--keep-best",
+        "--deepspeed_config",
+        zero_on_cpu(tmp_path, 3),
+        launcher=MPIRUN,
+    )
     f1s = [(e["step"], e["f1"]) for e in metrics["evals"]]
     assert [s for s, _ in f1s] == [1, 2, 3, 4, 5]
     best_f1 = max(f for _, f in f1s)
     assert metrics["best_step"] == next(s for s, f in f1s if f == best_f1) and metrics["best_metrics"]["f1"] == best_f1
     assert metrics["best_step"] != 5, "the run must have had a better step than its last to test anything"
     assert not (out / "best").exists()
-    again = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
-                           "--cache-dir", tmp_path / "cache", *WINDOWS)
+    again = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        out,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        tmp_path / "eval",
+        "--cache-dir",
+        tmp_path / "cache",
+        *WINDOWS,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.splitlines()[-1]) == metrics["best_metrics"]
     assert (tmp_path / "eval" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
 
 
-def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(tiny_model, sample_train, sample_dev,
-                                                                          tmp_path):
+def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(
+    tiny_model, sample_train, sample_dev, tmp_path
+):
     """A learning rate of 1e-9 keeps every F1 equal, so the first step stays the best (a tie keeps the earlier
     step) and --early-stopping 3 ends the run after step 4, exit 0. Resumed from its step-2 checkpoint, a run
     ends there too: it remembered the best step and the evaluation since."""
@@ -50,8 +87,15 @@ def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(tiny_m
     assert "early stopping at step 4: 3 evaluations without a better dev F1 than step 1's" in r.stdout
     assert metrics["steps"] == 4 and metrics["best_step"] == 1 and len(metrics["evals"]) == 4
     resumed = tmp_path / "resumed"
-    r, again = train(tiny_model, sample_train, sample_dev, resumed, *args,
-                     "--resume", tmp_path / "full" / "checkpoints" / "step00000002")
+    r, again = train(
+        tiny_model,
+        sample_train,
+        sample_dev,
+        resumed,
+        *args,
+        "--resume",
+        tmp_path / "full" / "checkpoints" / "step00000002",
+    )
     assert again["steps"] == 4 and again["best_step"] == 1 and again["best_metrics"] == metrics["best_metrics"]
     assert [e["step"] for e in again["evals"]] == [3, 4]
     # another output dir has none of the first run's exports: it says so and keeps the final model
@@ -59,11 +103,13 @@ def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(tiny_m
 
 
 def test_keep_best_needs_evaluations(tiny_model, sample_train, tmp_path):
-    for extra, message in ((["--keep-best"], "--keep-best needs --eval-every N"),
-                           (["--early-stopping", 2], "--early-stopping needs --eval-every N"),
-                           (["--keep-best", "--eval-every", 2, "--no-eval"], "--keep-best and --early-stopping "
-                                                                             "choose by dev F1")):
-        r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", tmp_path / "out",
-                           *extra)
+    for extra, message in (
+        (["--keep-best"], "--keep-best needs --eval-every N"),
+        (["--early-stopping", 2], "--early-stopping needs --eval-every N"),
+        (["--keep-best", "--eval-every", 2, "--no-eval"], "--keep-best and --early-stopping choose by dev F1"),
+    ):
+        r = run_bert_squad(
+            "--model", tiny_model, "--train-file", sample_train, "--output-dir", tmp_path / "out", *extra
+        )
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "out").exists()

@@ -18,11 +18,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 import standin_runtime
 from helpers import ROOT, Started
-from images import (MARKER_TEXT, assert_predictions_of_one_process, cached_image, ch_train_args, interpreter_dirs,
-                    probe_env, probes)
+from images import (
+    MARKER_TEXT,
+    assert_predictions_of_one_process,
+    cached_image,
+    ch_train_args,
+    interpreter_dirs,
+    probe_env,
+    probes,
+)
 from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
@@ -54,17 +60,40 @@ def ch_squashfs(ch_image):
         pytest.skip("no /dev/fuse or fusermount3 (apt-get install fuse3): ch-run cannot mount a SquashFS")
     sqfs = ch_image.parent / "image.sqfs"
     # Uncompressed and on one core: the same machine runs other tests.
-    subprocess.run(["mksquashfs", str(ch_image), str(sqfs), "-noappend", "-quiet", "-no-progress",
-                    "-noI", "-noD", "-noF", "-noX", "-processors", "1"], check=True, capture_output=True, timeout=1200)
+    subprocess.run(
+        [
+            "mksquashfs",
+            str(ch_image),
+            str(sqfs),
+            "-noappend",
+            "-quiet",
+            "-no-progress",
+            "-noI",
+            "-noD",
+            "-noF",
+            "-noX",
+            "-processors",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=1200,
+    )
     return sqfs
 
 
 def ch_env(scratch, image, **extra):
     flags = " ".join(f"-b {d}:{d}" for d in interpreter_dirs())
-    return job_env(scratch, BERT_SQUAD_RUNTIME="charliecloud", BERT_SQUAD_IMAGE=str(image),
-                   BERT_SQUAD_RUNTIME_FLAGS=flags, **probe_env(scratch),
-                   # ch-run unsets it inside (the host's /tmp is the container's /tmp): shown in the records.
-                   TMPDIR="/tmp", **extra)
+    return job_env(
+        scratch,
+        BERT_SQUAD_RUNTIME="charliecloud",
+        BERT_SQUAD_IMAGE=str(image),
+        BERT_SQUAD_RUNTIME_FLAGS=flags,
+        **probe_env(scratch),
+        # ch-run unsets it inside (the host's /tmp is the container's /tmp): shown in the records.
+        TMPDIR="/tmp",
+        **extra,
+    )
 
 
 def assert_ranks_ran_inside(records, launcher, image_kind, job):
@@ -75,8 +104,9 @@ def assert_ranks_ran_inside(records, launcher, image_kind, job):
         # The host has no such file: a bypassed runtime fails here.
         assert rec["marker"] and rec["marker"].startswith(MARKER_TEXT), rec
         assert rec["env"]["CH_RUNNING"] == "Weird Al Yankovic", rec
-        missing = [k for k in standin_runtime.RANK_ENV["job"] + standin_runtime.RANK_ENV[launcher]
-                   if rec["env"][k] is None]
+        missing = [
+            k for k in standin_runtime.RANK_ENV["job"] + standin_runtime.RANK_ENV[launcher] if rec["env"][k] is None
+        ]
         assert not missing, f"not visible inside the container: {missing}"
         assert rec["env"]["SLURM_JOB_ID"] == job and rec["env"]["HF_HUB_OFFLINE"] == "1"  # the rendezvous' source
         assert rec["env"]["BERT_SQUAD_REPO"] == str(ROOT) and rec["env"]["TMPDIR"] is None
@@ -115,8 +145,9 @@ def test_two_ranks_train_inside_charliecloud(slurm_cluster, tiny_model, ch_image
 
 
 @LAUNCHERS
-def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(slurm_cluster, tiny_model, ch_squashfs,
-                                                                     tmp_path, launcher):
+def test_end_of_job_signal_reaches_the_ranks_in_squashfs_containers(
+    slurm_cluster, tiny_model, ch_squashfs, tmp_path, launcher
+):
     """USR1 to the batch shell -> launcher -> the ranks' process groups: python checkpoints and exits 75,
     while ch-run, which stays as the FUSE server of a SquashFS image, ignores it (else it dies of it)."""
     scratch = tmp_path / "scratch"
@@ -141,8 +172,11 @@ def test_a_squashfs_mount_never_reaches_the_host(ch_squashfs, tmp_path):
     mount = tmp_path / "mnt"
     mount.mkdir()
     env = {"PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin", "USER": "root"}
-    with Started(["ch-run", f"--mount={mount}", str(ch_squashfs), "--", "sh", "-c", "echo inside; sleep 600"],
-                 tmp_path / "ch-run", env=env) as container:
+    with Started(
+        ["ch-run", f"--mount={mount}", str(ch_squashfs), "--", "sh", "-c", "echo inside; sleep 600"],
+        tmp_path / "ch-run",
+        env=env,
+    ) as container:
         container.wait_for("^inside$", timeout=120)
         assert f" {mount} " in Path(f"/proc/{container.proc.pid}/mounts").read_text()
         assert f" {mount} " not in Path("/proc/self/mounts").read_text()
@@ -199,6 +233,7 @@ def test_image_without_etc_hosts_fails_fast(slurm_cluster, tiny_model, ch_image,
 
 # The stand-ins against what the real runtime needed.
 
+
 def _runtime_case():
     text = TEMPLATE.read_text()
     return re.search(r'^case "\$RUNTIME" in\n.*?^esac$', text, re.M | re.S).group(0)
@@ -211,16 +246,25 @@ def _run_array(runtime, tmp_path, mounts, flags=()):
     bin_dir.mkdir(exist_ok=True)
     for name in ("sarus", "singularity", "apptainer", "ch-run", "scontrol"):
         stub = bin_dir / name
-        stub.write_text("#!/bin/sh\n[ \"$1\" = images ] && printf 'REPOSITORY TAG\\nload/library/img cuda\\n'\nexit 0\n")
+        stub.write_text(
+            "#!/bin/sh\n[ \"$1\" = images ] && printf 'REPOSITORY TAG\\nload/library/img cuda\\n'\nexit 0\n"
+        )
         stub.chmod(0o755)
     image = {"sarus": "load/library/img:cuda", "charliecloud": str(tmp_path)}.get(runtime, str(tmp_path / "i.sif"))
     (tmp_path / "i.sif").write_text("")
-    script = ("die() { echo \"$*\" >&2; exit 2; }\nset -euo pipefail\nCONTAINER=() CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE)\n"
-              f"RUNTIME={runtime}; IMAGE='{image}'; RUNTIME_FLAGS=({' '.join(flags)}); MOUNTS=({' '.join(map(str, mounts))})\n"
-              f"{_runtime_case()}\nprintf '%s\\0' \"${{RUN[@]}}\" \"${{CONTAINER[@]}}\"")
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "USER": "u", "SLURM_JOB_NODELIST": "n1",
-                               "BERT_SQUAD_REPO": str(ROOT)})
+    script = (
+        'die() { echo "$*" >&2; exit 2; }\nset -euo pipefail\nCONTAINER=() CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE)\n'
+        f"RUNTIME={runtime}; IMAGE='{image}'; RUNTIME_FLAGS=({' '.join(flags)}); "
+        f"MOUNTS=({' '.join(map(str, mounts))})\n"
+        f'{_runtime_case()}\nprintf \'%s\\0\' "${{RUN[@]}}" "${{CONTAINER[@]}}"'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "USER": "u", "SLURM_JOB_NODELIST": "n1", "BERT_SQUAD_REPO": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("\0")[:-1], image
 
@@ -229,11 +273,13 @@ def _binds(runtime, run):
     """(source, destination) pairs, each in its runtime's own syntax."""
     if runtime == "sarus":
         opts = [w for w in run if w.startswith("--mount=")]
-        pairs = [(f["source"], f["destination"]) for f in
-                 (dict(kv.split("=", 1) for kv in o[len("--mount="):].split(",")) for o in opts)]
+        pairs = [
+            (f["source"], f["destination"])
+            for f in (dict(kv.split("=", 1) for kv in o[len("--mount=") :].split(",")) for o in opts)
+        ]
     elif runtime == "pyxis":  # srun options; srun keeps only the last --container-mounts: one, all of them
         [opt] = [w for w in run if w.startswith("--container-mounts=")]
-        pairs = [tuple(m.split(":")) for m in opt[len("--container-mounts="):].split(",")]
+        pairs = [tuple(m.split(":")) for m in opt[len("--container-mounts=") :].split(",")]
     else:
         flag = "-b" if runtime == "charliecloud" else "-B"
         pairs = [tuple(run[i + 1].split(":")) for i, w in enumerate(run) if w == flag]
@@ -261,8 +307,13 @@ def test_pyxis_gets_one_list_of_mounts_and_of_names(tmp_path):
     takes its container from srun's options, of which srun keeps only the last --container-mounts and
     --container-env: the job joins the runtime flags' lists with its own, and the checkout is the workdir."""
     run, image = _run_array("pyxis", tmp_path, [tmp_path], ["--container-mounts=/a:/b", "--container-env=PATH", "--x"])
-    assert run == [f"--container-image={image}", f"--container-workdir={ROOT}", f"--container-mounts={tmp_path}:{tmp_path},/a:/b",
-                   "--container-env=HF_HOME,HF_HUB_OFFLINE,PATH", "--x"]
+    assert run == [
+        f"--container-image={image}",
+        f"--container-workdir={ROOT}",
+        f"--container-mounts={tmp_path}:{tmp_path},/a:/b",
+        "--container-env=HF_HOME,HF_HUB_OFFLINE,PATH",
+        "--x",
+    ]
 
 
 def test_stand_ins_record_what_the_ranks_need():

@@ -20,11 +20,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import PYTHON, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bert_squad import cli
-from helpers import PYTHON, ROOT
 
 NEVER = {"--submit", "--download-only", "--debug", "--compile", "--help", "-h"}
 TEMP_MARKS = (".tmp", ".export-", ".write-test-", ".universal-")
@@ -37,6 +37,7 @@ class Captured(Exception):
 
 def parser_of(action, argv):
     """The first parser `action(argv)` parses with."""
+
     def capture(self, *args, **kwargs):
         raise Captured(self)
 
@@ -61,9 +62,13 @@ def files(tmp_path_factory, tiny_model, sample_dev):
     para = dev["data"][0]["paragraphs"][0]
     small = {"version": "1.1", "data": [{"title": "t", "paragraphs": [dict(para, qas=para["qas"][:3])]}]}
     contents = {
-        "empty.json": "", "malformed.json": '{"data": [', "list.json": "[1, 2]", "small.json": json.dumps(small),
-        "wrong.json": json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": " ",
-                                                                                       "answers": []}]}]}]}),
+        "empty.json": "",
+        "malformed.json": '{"data": [',
+        "list.json": "[1, 2]",
+        "small.json": json.dumps(small),
+        "wrong.json": json.dumps(
+            {"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": " ", "answers": []}]}]}]}
+        ),
         "preds.json": json.dumps({qa["id"]: "x" for qa in small["data"][0]["paragraphs"][0]["qas"]}),
         "ds.json": json.dumps({"train_micro_batch_size_per_gpu": 2, "optimizer": "AdamW"}),
         "ds_typo.json": json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimisation": {"stage": 3}}),
@@ -75,12 +80,38 @@ def files(tmp_path_factory, tiny_model, sample_dev):
     (d / "sweep" / "sweep.json").write_text(json.dumps({"name": "s", "train_args": [], "combinations": []}))
     paths = [str(d / n) for n in contents] + [str(d), str(d / "missing.json"), str(tiny_model), str(d / "sweep")]
     base = {  # enough for a command to get past its required options, so the drawn ones are reached
-        "train": ["--model", str(tiny_model), "--train-file", str(d / "small.json"), "--cache-dir", str(d / "cache"),
-                  "--output-dir", "out", "--max-steps", "1"],
-        "evaluate": ["--model-dir", str(tiny_model), "--eval-file", str(d / "small.json"), "--output-dir", "out",
-                     "--cache-dir", str(d / "cache")],
-        "predict": ["--model-dir", str(tiny_model), "--input", str(d / "small.json"), "--output-dir", "out",
-                    "--cache-dir", str(d / "cache")],
+        "train": [
+            "--model",
+            str(tiny_model),
+            "--train-file",
+            str(d / "small.json"),
+            "--cache-dir",
+            str(d / "cache"),
+            "--output-dir",
+            "out",
+            "--max-steps",
+            "1",
+        ],
+        "evaluate": [
+            "--model-dir",
+            str(tiny_model),
+            "--eval-file",
+            str(d / "small.json"),
+            "--output-dir",
+            "out",
+            "--cache-dir",
+            str(d / "cache"),
+        ],
+        "predict": [
+            "--model-dir",
+            str(tiny_model),
+            "--input",
+            str(d / "small.json"),
+            "--output-dir",
+            "out",
+            "--cache-dir",
+            str(d / "cache"),
+        ],
         "score": ["--eval-file", str(d / "small.json"), "--predictions", str(d / "preds.json")],
         "check-cache": ["--model", str(tiny_model)],
         "answer": ["--model-dir", str(tiny_model), "--question", "Who wrote it?", "--context", "Ada wrote it."],
@@ -88,8 +119,15 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         "launch": ["--site", "generic"],
         "sweep": ["--site", "generic", "--seeds", "1", "--runs-dir", "runs"],
         "summarize": [str(d / "sweep")],
-        "bert-squad-test": ["--model-file", str(tiny_model), "--eval-file", str(d / "small.json"),
-                            "--num-test-samples", "2", "--json"],
+        "bert-squad-test": [
+            "--model-file",
+            str(tiny_model),
+            "--eval-file",
+            str(d / "small.json"),
+            "--num-test-samples",
+            "2",
+            "--json",
+        ],
         "sweep run": [str(d / "sweep"), "--index", "0"],
     }
     base["config"], base["test"] = base["train"], base["bert-squad-test"]
@@ -120,8 +158,26 @@ def test_an_option_commands_share_is_declared_once():
 
 
 def argv_strategy(parser, paths):
-    values = st.sampled_from(["", "0", "1", "-1", "3", "1e-3", "-0.5", "nan", "x", "auto", "ds_fp32", "1-2",
-                              "a=b", "learning_rate=1e-3,2e-3", "squad_v2", "cuda"]) | st.sampled_from(paths)
+    values = st.sampled_from(
+        [
+            "",
+            "0",
+            "1",
+            "-1",
+            "3",
+            "1e-3",
+            "-0.5",
+            "nan",
+            "x",
+            "auto",
+            "ds_fp32",
+            "1-2",
+            "a=b",
+            "learning_rate=1e-3,2e-3",
+            "squad_v2",
+            "cuda",
+        ]
+    ) | st.sampled_from(paths)
     options = [a for a in parser._actions if a.option_strings and not set(a.option_strings) & NEVER]
     positional = [a for a in parser._actions if not a.option_strings]
 

@@ -16,13 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from bert_squad.checkpoint import checkpoint_root, complete_tags
-from ce_cluster import ce_cluster, ce_image, ce_srun  # noqa: F401  (fixtures)
 from helpers import PYTHON, ROOT
 from hub_server import hub
 from images import MARKER_TEXT, assert_predictions_of_one_process, ch_train_args, interpreter_dirs, probe_env, probes
 from slurm_jobs import finished, job_env, submit, warn_when_training
+
+from bert_squad.checkpoint import checkpoint_root, complete_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 DEV = "bert_squad/sample/dev-v1.1.json"
@@ -32,21 +31,34 @@ def edf_of_the_test(tmp_path, model):
     """An EDF as a user of slurm/generic.sbatch writes one: the job's paths from its environment, the test's
     Python and model mounted, a read-only image without its entrypoint, and [env] entries that show which
     environment wins (a value from the image's, one unset)."""
-    mounts = ["${BERT_SQUAD_SCRATCH}:${BERT_SQUAD_SCRATCH}", "${BERT_SQUAD_REPO}:${BERT_SQUAD_REPO}",
-              *(f"{d}:{d}" for d in [*interpreter_dirs(), str(model)])]
+    mounts = [
+        "${BERT_SQUAD_SCRATCH}:${BERT_SQUAD_SCRATCH}",
+        "${BERT_SQUAD_REPO}:${BERT_SQUAD_REPO}",
+        *(f"{d}:{d}" for d in [*interpreter_dirs(), str(model)]),
+    ]
     edf = tmp_path / "test.toml"
-    edf.write_text(f'image = "${{BERT_SQUAD_IMAGE}}"\nmounts = {json.dumps(mounts)}\nworkdir = "${{BERT_SQUAD_REPO}}"\n'
-                   'writable = false\nentrypoint = false\n\n[env]\n'
-                   'BERT_SQUAD_EDF_ENV = "edf saw ${BERT_SQUAD_IMAGE_ENV}"\nBERT_SQUAD_UNSET = ""\n')
+    edf.write_text(
+        f'image = "${{BERT_SQUAD_IMAGE}}"\nmounts = {json.dumps(mounts)}\nworkdir = "${{BERT_SQUAD_REPO}}"\n'
+        "writable = false\nentrypoint = false\n\n[env]\n"
+        'BERT_SQUAD_EDF_ENV = "edf saw ${BERT_SQUAD_IMAGE_ENV}"\nBERT_SQUAD_UNSET = ""\n'
+    )
     return edf
 
 
 def ce_env(ce_srun, tmp_path, scratch, image, model, **extra):
     """A slurm/generic.sbatch job in the CE: srun is tests/ce_srun.py, the EDF the test's. The host says
     BERT_SQUAD_IMAGE_ENV=host and BERT_SQUAD_UNSET=host: the image's value and the EDF's unset win."""
-    env = job_env(scratch, BERT_SQUAD_RUNTIME="ce", BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_IMAGE=str(image),
-                  BERT_SQUAD_EDF=str(edf_of_the_test(tmp_path, model)), BERT_SQUAD_IMAGE_ENV="host", BERT_SQUAD_UNSET="host",
-                  **probe_env(scratch), **extra)
+    env = job_env(
+        scratch,
+        BERT_SQUAD_RUNTIME="ce",
+        BERT_SQUAD_LAUNCHER="srun",
+        BERT_SQUAD_IMAGE=str(image),
+        BERT_SQUAD_EDF=str(edf_of_the_test(tmp_path, model)),
+        BERT_SQUAD_IMAGE_ENV="host",
+        BERT_SQUAD_UNSET="host",
+        **probe_env(scratch),
+        **extra,
+    )
     return ce_srun.env(env)
 
 
@@ -74,8 +86,9 @@ def test_two_ranks_train_and_evaluate_in_ce_containers(ce_cluster, ce_image, ce_
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = scratch / "model"
-    job, log = two_ranks(ce_cluster, tmp_path, ch_train_args(tiny_model, out),
-                         ce_env(ce_srun, tmp_path, scratch, ce_image, tiny_model))
+    job, log = two_ranks(
+        ce_cluster, tmp_path, ch_train_args(tiny_model, out), ce_env(ce_srun, tmp_path, scratch, ce_image, tiny_model)
+    )
     info, text = finished(ce_cluster, job, log)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
     assert re.search(rf"bert-squad: running: srun \S+ \S+ --environment={tmp_path}/test\.toml bash", text), text[:3000]
@@ -96,8 +109,11 @@ def test_end_of_job_signal_in_ce_containers_requeues_and_resumes(ce_cluster, ce_
     scratch.mkdir()
     out = scratch / "model"
     steps = 30
-    args = [a for a in ch_train_args(tiny_model, out, "--log-every", "1", "--no-eval", "--resume", "auto")
-            if a not in ("--eval-file", DEV)]
+    args = [
+        a
+        for a in ch_train_args(tiny_model, out, "--log-every", "1", "--no-eval", "--resume", "auto")
+        if a not in ("--eval-file", DEV)
+    ]
     args[args.index("--max-steps") + 1] = str(steps)
     env = ce_env(ce_srun, tmp_path, scratch, ce_image, tiny_model, BERT_SQUAD_REQUEUE="1")
     job, log = two_ranks(ce_cluster, tmp_path, args, env, options=["--requeue", "--open-mode=append"])
@@ -125,13 +141,20 @@ def test_what_a_ce_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce
     extra = {"BERT_SQUAD_CACHE": str(tmp_path / "no-cache")} if case == "mount" else {}
     # The EDF says writable = false: the image's root file system is read-only to the container.
     out = "/opt/bert-squad-out" if case == "output" else scratch / "out"
-    job, log = two_ranks(ce_cluster, tmp_path, ch_train_args(tiny_model, out),
-                         ce_env(ce_srun, tmp_path, scratch, image, tiny_model, **extra))
+    job, log = two_ranks(
+        ce_cluster,
+        tmp_path,
+        ch_train_args(tiny_model, out),
+        ce_env(ce_srun, tmp_path, scratch, image, tiny_model, **extra),
+    )
     info, text = finished(ce_cluster, job, log, timeout=300)
     errors = [line for line in text.splitlines() if "error" in line.lower()]
     assert info["ExitCode"] == "2:0" and len(errors) == 1 and "running:" not in text, f"{info}\n{text}"
-    assert {"image": f"image {image} is absent", "mount": f"mount source {tmp_path}/no-cache does not exist",
-            "output": "/opt/bert-squad-out: output dir cannot be written (Read-only file system)"}[case] in errors[0]
+    assert {
+        "image": f"image {image} is absent",
+        "mount": f"mount source {tmp_path}/no-cache does not exist",
+        "output": "/opt/bert-squad-out: output dir cannot be written (Read-only file system)",
+    }[case] in errors[0]
     assert not probes(scratch)  # no rank's python started
     assert ce_srun.leftovers() == []
 
@@ -140,8 +163,13 @@ def daint_env(ce_srun, scratch, image, *mounts):
     """What a Daint user's shell holds at sbatch time here: the site script's defaults but the image, the
     CE as tests/ce_srun.py, this machine's architecture for the image check, and the test's Python (and
     `mounts`) mounted beside the EDF's own."""
-    env = job_env(scratch, BERT_SQUAD_IMAGE=str(image), BERT_SQUAD_ARCH=platform.machine(),
-                  CE_SRUN_MOUNTS=",".join(f"{d}:{d}" for d in [*interpreter_dirs(), *mounts]), **probe_env(scratch))
+    env = job_env(
+        scratch,
+        BERT_SQUAD_IMAGE=str(image),
+        BERT_SQUAD_ARCH=platform.machine(),
+        CE_SRUN_MOUNTS=",".join(f"{d}:{d}" for d in [*interpreter_dirs(), *mounts]),
+        **probe_env(scratch),
+    )
     del env["BERT_SQUAD_RUNTIME"]  # the site's: ce
     return ce_srun.env(env)
 
@@ -159,9 +187,14 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
     # test image has none of its own.
     certs = ["/etc/ssl/certs"] if Path("/etc/ssl/certs").is_dir() else []
     with hub({"org/tiny-bert": tiny_model}) as (url, requests):
-        job, log = two_ranks(ce_cluster, tmp_path, ["download", "--model", "org/tiny-bert", "--train-file",
-                                                    "bert_squad/sample/train-v1.1.json"],
-                             {**daint_env(ce_srun, scratch, ce_image, *certs), "HF_ENDPOINT": url}, daint, options)
+        job, log = two_ranks(
+            ce_cluster,
+            tmp_path,
+            ["download", "--model", "org/tiny-bert", "--train-file", "bert_squad/sample/train-v1.1.json"],
+            {**daint_env(ce_srun, scratch, ce_image, *certs), "HF_ENDPOINT": url},
+            daint,
+            options,
+        )
         info, text = finished(ce_cluster, job, log)
     assert info["JobState"] == "COMPLETED", f"{info}\n{text[-4000:]}"
     assert re.search(rf"^model -> {scratch}/cache/hub/models--org--tiny-bert/snapshots/\w+$", text, re.M), text
@@ -179,14 +212,30 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
     assert f"runtime ce image {ce_image} environment {ROOT}/slurm/daint.toml, launcher srun" in text, text[:3000]
     records = probes(scratch)
     assert_ranks_ran_in_the_image(records, job)
-    assert {(r["env"]["BERT_SQUAD_IMAGE_ENV"], r["env"]["BERT_SQUAD_ENTRYPOINT"]) for r in records} == {("offline", "ran")}
+    assert {(r["env"]["BERT_SQUAD_IMAGE_ENV"], r["env"]["BERT_SQUAD_ENTRYPOINT"]) for r in records} == {
+        ("offline", "ran")
+    }
     assert {r["env"]["SLURM_PROCID"]: r["env"]["CUDA_VISIBLE_DEVICES"] for r in records} == {"0": "0", "1": "1"}
     assert {r["env"]["HF_HOME"] for r in records} == {f"{scratch}/cache/hf"}
     assert_same_weights_on_both_ranks(out)
     assert ce_srun.leftovers() == []
 
     # The console script a user runs, on the login node (this process's environment: offline).
-    r = subprocess.run([str(Path(PYTHON).parent / "bert-squad-test"), "--model-file", str(out), "--eval-file", DEV,
-                        "--num-test-samples", "2", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            str(Path(PYTHON).parent / "bert-squad-test"),
+            "--model-file",
+            str(out),
+            "--eval-file",
+            DEV,
+            "--num-test-samples",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(json.loads(r.stdout)) == 2

@@ -32,9 +32,14 @@ def instructions(path):
 
 def documented_bases():
     """The documented builds, from the Dockerfile's header: {"cuda": base image, "rocm": base image}."""
-    found = dict((tag, base) for base, tag in re.findall(
-        r"^#\s+docker build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:(\w+) \.$",
-        DOCKERFILE.read_text(), re.M))
+    found = dict(
+        (tag, base)
+        for base, tag in re.findall(
+            r"^#\s+docker build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:(\w+) \.$",
+            DOCKERFILE.read_text(),
+            re.M,
+        )
+    )
     assert set(found) == {"cuda", "rocm"}, found
     return found
 
@@ -69,15 +74,24 @@ def test_install_steps_run_against_this_checkout(tmp_path):
     runs = [a for w, a in instructions(DOCKERFILE) if w == "RUN"]
     pin_step = next(r for r in runs if "bert-squad-constraints.txt" in r)
     pin = tmp_path / "constraints.txt"
-    subprocess.run(["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin))],
-                   env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"}, check=True, timeout=120)
+    subprocess.run(
+        ["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin))],
+        env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"},
+        check=True,
+        timeout=120,
+    )
     import torch
 
     assert pin.read_text().splitlines()[-1] == f"torch=={torch.__version__}"
     deps_step = next(r for r in runs if "requires('bert_squad')" in r)
     listing = re.search(r'(python -c ".*?") +>', deps_step).group(1)
-    deps = subprocess.run(["sh", "-c", listing.replace("python", sys.executable, 1)], capture_output=True,
-                          text=True, check=True, timeout=120).stdout.split()
+    deps = subprocess.run(
+        ["sh", "-c", listing.replace("python", sys.executable, 1)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split()
     names = {re.match(r"[\w.-]+", d).group(0).lower() for d in deps}
     assert "torch" not in names and {"deepspeed", "transformers", "datasets"} <= names
     assert not names & {"pytest", "hypothesis", "matplotlib"}  # extras stay out of the image
@@ -116,8 +130,11 @@ def test_site_images_are_the_documented_ones():
     assert "BERT_SQUAD_IMAGE=${BERT_SQUAD_IMAGE:-$BERT_SQUAD_WORK/bert-squad-alps.sqsh}" in daint
     assert "enroot import -x mount -o $SCRATCH/bert-squad/bert-squad-alps.sqsh podman://bert-squad:alps" in readme
     # ... built on CSCS's Alps Extended Image, as the Dockerfile's header documents it.
-    alps = re.search(r"^#\s+podman build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:alps \.$",
-                     DOCKERFILE.read_text(), re.M).group(1)
+    alps = re.search(
+        r"^#\s+podman build -f containers/Dockerfile --build-arg BASE_IMAGE=(\S+) -t bert-squad:alps \.$",
+        DOCKERFILE.read_text(),
+        re.M,
+    ).group(1)
     assert alps.startswith("jfrog.svc.cscs.ch/docker-group-csstaff/alps-images/ngc-pytorch:") and alps in readme
     # `sarus load X.tar bert-squad:cuda` lists as load/library/bert-squad:cuda.
     assert re.search(r"sarus load \S+ bert-squad:cuda", readme) and "load/library/bert-squad:cuda" in readme

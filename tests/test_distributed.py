@@ -17,16 +17,32 @@ def test_single_process_defaults():
 
 
 def test_open_mpi_single_node():
-    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    }
     d = detect(env)
     assert (d.rank, d.world_size, d.local_rank, d.launcher, d.master_addr, d.master_port) == (
-        3, 4, 3, "mpirun", "127.0.0.1", 29500)
+        3,
+        4,
+        3,
+        "mpirun",
+        "127.0.0.1",
+        29500,
+    )
 
 
 def test_open_mpi_multi_node_takes_first_slurm_host_and_job_port():
-    env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_JOB_NODELIST": "nid[001234-001235]", "SLURM_JOB_ID": "4242"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "5",
+        "OMPI_COMM_WORLD_SIZE": "8",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+        "SLURM_JOB_NODELIST": "nid[001234-001235]",
+        "SLURM_JOB_ID": "4242",
+    }
     d = detect(env)
     assert (d.rank, d.local_rank, d.master_addr, d.master_port) == (5, 1, "nid001234", job_port(4242))
 
@@ -53,8 +69,14 @@ def test_mpich_pmi():
 
 
 def test_srun_step_but_not_batch_shell():
-    step = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "0",
-            "SLURM_JOB_NODELIST": "daint[10,12]", "SLURM_JOB_ID": "7"}
+    step = {
+        "SLURM_PROCID": "2",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_LOCALID": "0",
+        "SLURM_JOB_NODELIST": "daint[10,12]",
+        "SLURM_JOB_ID": "7",
+    }
     d = detect(step)
     assert (d.rank, d.world_size, d.local_rank, d.launcher, d.master_addr) == (2, 4, 0, "srun", "daint10")
     # The batch shell itself has SLURM_PROCID=0 and the job's SLURM_NTASKS, but is one process.
@@ -63,33 +85,63 @@ def test_srun_step_but_not_batch_shell():
 
 
 def test_explicit_env_wins_over_launcher_variables():
-    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "1234",
-           "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_JOB_ID": "9"}
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "10.1.1.1",
+        "MASTER_PORT": "1234",
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "SLURM_JOB_ID": "9",
+    }
     d = detect(env)
     assert (d.rank, d.launcher, d.master_addr, d.master_port) == (1, "env", "10.1.1.1", 1234)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE=abc: not a whole number"),
-    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE=abc is set without RANK: set both, or neither"),
-    ({"RANK": "1"}, "RANK=1 is set without WORLD_SIZE"),
-    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK=x: not a whole number"),
-    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: must be from 0 to 1 (with WORLD_SIZE=2)"),
-    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK=-1: must be from 0 to 1"),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be 1 or more"),
-    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "first"}, "LOCAL_RANK=first: not a whole number"),
-    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "-2"}, "OMPI_COMM_WORLD_SIZE=-2: must be 1 or more"),
-    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "two"},
-     "OMPI_COMM_WORLD_LOCAL_SIZE=two: not a whole number"),
-    ({"PMI_RANK": "1", "PMI_SIZE": "1"}, "PMI_RANK=1: must be from 0 to 0 (with PMI_SIZE=1)"),
-    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "nid[1-",
-      "SLURM_JOB_ID": "7"}, "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list"),
-    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n1",
-      "SLURM_JOB_ID": "7.1"}, "SLURM_JOB_ID=7.1: not a whole number"),
-    ({"MASTER_PORT": "http"}, "MASTER_PORT=http: not a whole number"),
-    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000: must be from 1 to 65535"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "}, "MASTER_ADDR is set but empty"),
-], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE=abc: not a whole number"),
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE=abc is set without RANK: set both, or neither"),
+        ({"RANK": "1"}, "RANK=1 is set without WORLD_SIZE"),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK=x: not a whole number"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: must be from 0 to 1 (with WORLD_SIZE=2)"),
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK=-1: must be from 0 to 1"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be 1 or more"),
+        ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "first"}, "LOCAL_RANK=first: not a whole number"),
+        ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "-2"}, "OMPI_COMM_WORLD_SIZE=-2: must be 1 or more"),
+        (
+            {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "two"},
+            "OMPI_COMM_WORLD_LOCAL_SIZE=two: not a whole number",
+        ),
+        ({"PMI_RANK": "1", "PMI_SIZE": "1"}, "PMI_RANK=1: must be from 0 to 0 (with PMI_SIZE=1)"),
+        (
+            {
+                "SLURM_PROCID": "0",
+                "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_LOCALID": "0",
+                "SLURM_JOB_NODELIST": "nid[1-",
+                "SLURM_JOB_ID": "7",
+            },
+            "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list",
+        ),
+        (
+            {
+                "SLURM_PROCID": "0",
+                "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_LOCALID": "0",
+                "SLURM_JOB_NODELIST": "n1",
+                "SLURM_JOB_ID": "7.1",
+            },
+            "SLURM_JOB_ID=7.1: not a whole number",
+        ),
+        ({"MASTER_PORT": "http"}, "MASTER_PORT=http: not a whole number"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000: must be from 1 to 65535"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "}, "MASTER_ADDR is set but empty"),
+    ],
+    ids=lambda v: next(iter(v)) if isinstance(v, dict) else None,
+)
 def test_a_launcher_variable_that_cannot_be_is_named_with_its_value(env, message):
     """Every variable detect reads is checked where it is read (WORLD_SIZE=abc was a ValueError traceback)."""
     with pytest.raises(UserError) as refused:
@@ -105,8 +157,15 @@ def test_job_ports_differ_between_jobs():
 def test_two_mpiruns_outside_slurm_rendezvous_on_their_own_ports():
     """Each mpirun gives its ranks one PMIx namespace: two 2-rank jobs on one machine must not share port 29500
     (their ranks would mix: gloo's 'Received data size doesn't match expected size', seen in this suite)."""
-    runs = [{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-             "PMIX_NAMESPACE": namespace} for namespace in ("852754433", "852033537")]
+    runs = [
+        {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "PMIX_NAMESPACE": namespace,
+        }
+        for namespace in ("852754433", "852033537")
+    ]
     ports = [detect(env).master_port for env in runs]
     assert ports[0] != ports[1] and ports == [job_port("852754433"), job_port("852033537")]
 
@@ -118,7 +177,8 @@ def test_ranks_leave_the_process_group_together(tmp_path):
     Rank 0 finishes only once rank 1 has written that it reached the end of its body (an event, no sleep)."""
     marker, leaving = tmp_path / "rank0-done", tmp_path / "rank1-leaving"
     script = tmp_path / "leave.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, time
         from bert_squad import distributed, runtime
         runtime.prepare(deepspeed=True)
@@ -135,9 +195,15 @@ def test_ranks_leave_the_process_group_together(tmp_path):
                 open({str(marker)!r}, "w").close()
         with open(os.path.join({str(tmp_path)!r}, f"rank{{dist.rank}}.txt"), "w") as f:  # not stdout: ranks interleave
             f.write(f"rank 0 done: {{os.path.exists({str(marker)!r})}} group alive: {{distributed.is_initialized()}}")
-    """))
-    r = subprocess.run([*MPIRUN, PYTHON, script], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **launcher_env(MPIRUN)})
+    """)
+    )
+    r = subprocess.run(
+        [*MPIRUN, PYTHON, script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **launcher_env(MPIRUN)},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     for rank in (0, 1):
         assert (tmp_path / f"rank{rank}.txt").read_text() == "rank 0 done: True group alive: False", rank

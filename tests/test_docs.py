@@ -1,18 +1,24 @@
 """The documentation's relative links resolve: files exist, and a `#fragment` names a heading of its page."""
+
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", ROOT / "tests" / "README.md", ROOT / "containers" / "README.md",
-         *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "tests" / "README.md",
+    ROOT / "containers" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def anchors(page: Path) -> set:
     """GitHub's heading slugs: lower case, punctuation dropped, spaces to dashes (fenced code skipped)."""
     text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-            for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+    return {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#{1,6} (.+)$", text, re.M)
+    }
 
 
 def relative_links(page: Path):

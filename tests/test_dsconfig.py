@@ -16,7 +16,13 @@ SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
 
 
 def test_all_five_configs_ship():
-    assert {p.name for p in SHIPPED} == {"ds_fp32.json", "ds_fp16.json", "ds_bf16.json", "ds_zero2.json", "ds_zero3.json"}
+    assert {p.name for p in SHIPPED} == {
+        "ds_fp32.json",
+        "ds_fp16.json",
+        "ds_bf16.json",
+        "ds_zero2.json",
+        "ds_zero3.json",
+    }
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -46,16 +52,19 @@ def test_global_batch_only_must_divide():
 
 def test_fp16_without_gpu_is_refused():
     cfg = load_ds_config(CONFIG_DIR / "ds_fp16.json")
-    with pytest.raises(UserError, match="fp16.enabled needs a GPU"):
+    with pytest.raises(UserError, match=r"fp16\.enabled needs a GPU"):
         settings(cfg, "ds_fp16.json", world_size=1, has_gpu=False)
 
 
-@pytest.mark.parametrize("cfg, message", [
-    ({"train_micro_batch_size_per_gpu": 0}, "'train_micro_batch_size_per_gpu' must be a positive integer"),
-    ({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": "2"}, "'gradient_accumulation_steps'"),
-    ({"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 7}}, "zero_optimization.stage"),
-    ({"train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW", "params": {"lr": -1}}}, "lr"),
-])
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        ({"train_micro_batch_size_per_gpu": 0}, "'train_micro_batch_size_per_gpu' must be a positive integer"),
+        ({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": "2"}, "'gradient_accumulation_steps'"),
+        ({"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 7}}, "zero_optimization.stage"),
+        ({"train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW", "params": {"lr": -1}}}, "lr"),
+    ],
+)
 def test_impossible_values(cfg, message):
     with pytest.raises(UserError, match=message):
         settings(cfg, "x.json", world_size=1, has_gpu=True)
@@ -75,20 +84,29 @@ def test_unknown_key_and_malformed_file(tmp_path):
 
 def test_deepspeed_judges_the_keys(tmp_path):
     """Sections DeepSpeed reads are valid without a hand-kept list; inside a section its own model judges."""
-    valid = {"train_micro_batch_size_per_gpu": 8, "tensorboard": {"enabled": False, "output_path": "tb"},
-             "wandb": {"enabled": False, "project": "p"}, "csv_monitor": {"enabled": False},
-             "comet": {"enabled": False}, "aio": {"block_size": 1048576}, "flops_profiler": {"enabled": False},
-             "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
+    valid = {
+        "train_micro_batch_size_per_gpu": 8,
+        "tensorboard": {"enabled": False, "output_path": "tb"},
+        "wandb": {"enabled": False, "project": "p"},
+        "csv_monitor": {"enabled": False},
+        "comet": {"enabled": False},
+        "aio": {"block_size": 1048576},
+        "flops_profiler": {"enabled": False},
+        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True},
+    }
     p = tmp_path / "c.json"
     p.write_text(json.dumps(valid))
     settings(load_ds_config(p), p, world_size=2, has_gpu=False)
-    for section, message in ((("zero_optimization", {"stage": 3, "stage3_prefetch_bucket_sise": 1}),
-                              "zero_optimization.stage3_prefetch_bucket_sise: unknown key"),
-                             (("csv_monitor", {"enabled": True, "jobname": "x"}), "csv_monitor.jobname: unknown key"),
-                             (("tensorboard", {"enabled": "maybe"}), "tensorboard.enabled: input should be a valid "
-                                                                    "boolean"),
-                             (("optimizer", "AdamW"), "'optimizer' and its 'params' must be JSON objects"),
-                             (("elasticity", {}), "elasticity: DeepSpeed refuses it: Elastic training has been removed")):
+    for section, message in (
+        (
+            ("zero_optimization", {"stage": 3, "stage3_prefetch_bucket_sise": 1}),
+            "zero_optimization.stage3_prefetch_bucket_sise: unknown key",
+        ),
+        (("csv_monitor", {"enabled": True, "jobname": "x"}), "csv_monitor.jobname: unknown key"),
+        (("tensorboard", {"enabled": "maybe"}), "tensorboard.enabled: input should be a valid boolean"),
+        (("optimizer", "AdamW"), "'optimizer' and its 'params' must be JSON objects"),
+        (("elasticity", {}), "elasticity: DeepSpeed refuses it: Elastic training has been removed"),
+    ):
         with pytest.raises(UserError, match=f"^{p}: {message}") as err:
             settings(dict(valid, **dict([section])), p, world_size=1, has_gpu=False)
         assert "\n" not in str(err.value)
@@ -121,7 +139,7 @@ def test_shipped_configs_by_name_or_path(tmp_path):
     own = tmp_path / "mine.json"
     own.write_text("{}")
     assert locate(str(own)) == own
-    with pytest.raises(UserError, match="ds_bf17: no such DeepSpeed config .*ds_bf16, ds_fp16, ds_fp32, ds_zero2"):
+    with pytest.raises(UserError, match=r"ds_bf17: no such DeepSpeed config .*ds_bf16, ds_fp16, ds_fp32, ds_zero2"):
         locate("ds_bf17")
 
 

@@ -4,9 +4,9 @@ training evaluates (mid-run and at the end) under every shipped config that runs
 import json
 
 import pytest
+from helpers import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
 
 from bert_squad.metrics import question_ids
-from helpers import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
 
 pytestmark = pytest.mark.slow
 
@@ -14,8 +14,21 @@ pytestmark = pytest.mark.slow
 # 12 eval batches), so both ranks compute logits and windows of one question land on both.
 WINDOWS = ["--max-seq-length", 96, "--doc-stride", 32, "--max-query-length", 24]
 V1_KEYS = ["exact_match", "f1"]
-V2_KEYS = ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1",
-           "NoAns_total", "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"]
+V2_KEYS = [
+    "exact",
+    "f1",
+    "total",
+    "HasAns_exact",
+    "HasAns_f1",
+    "HasAns_total",
+    "NoAns_exact",
+    "NoAns_f1",
+    "NoAns_total",
+    "best_exact",
+    "best_exact_thresh",
+    "best_f1",
+    "best_f1_thresh",
+]
 V1_FILES = ["nbest_predictions.json", "predictions.json"]
 
 
@@ -25,15 +38,28 @@ def file_ids(eval_file):
 
 def evaluate(model, eval_file, out, *extra, launcher=()):
     files = eval_file if isinstance(eval_file, list) else [eval_file]
-    r = run_bert_squad("evaluate", "--model-dir", model, "--eval-file", *files, "--output-dir", out,
-                       "--cache-dir", out / "cache", *WINDOWS, *extra, launcher=launcher)
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        model,
+        "--eval-file",
+        *files,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        out / "cache",
+        *WINDOWS,
+        *extra,
+        launcher=launcher,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
 
 @pytest.mark.compat
-@pytest.mark.parametrize("dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES),
-                                              ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])])
+@pytest.mark.parametrize(
+    "dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES), ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])]
+)
 @pytest.mark.mpi
 def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path, dev, keys, files):
     eval_file = request.getfixturevalue(dev)
@@ -50,16 +76,38 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
 
 
 @pytest.mark.compat
-@pytest.mark.parametrize("config, launcher", [
-    pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
-    pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),
-    pytest.param(lambda tmp: zero_on_cpu(tmp, 2, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi),
-])
+@pytest.mark.parametrize(
+    "config, launcher",
+    [
+        pytest.param(lambda tmp: ROOT / "configs" / "ds_fp32.json", (), id="fp32"),
+        pytest.param(lambda tmp: ROOT / "configs" / "ds_bf16.json", (), id="bf16"),
+        pytest.param(
+            lambda tmp: zero_on_cpu(tmp, 2, bf16=True), MPIRUN, id="zero2-bf16-2-ranks", marks=pytest.mark.mpi
+        ),
+    ],
+)
 def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev, tmp_path, config, launcher):
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--output-dir", out, "--cache-dir", tmp_path / "cache", "--deepspeed_config", config(tmp_path),
-                       "--max-steps", 4, "--eval-every", 2, *WINDOWS, launcher=launcher)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--deepspeed_config",
+        config(tmp_path),
+        "--max-steps",
+        4,
+        "--eval-every",
+        2,
+        *WINDOWS,
+        launcher=launcher,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "eval step 2: " in r.stdout
     metrics = json.loads((out / "eval_metrics.json").read_text())
@@ -88,7 +136,8 @@ def test_max_answer_length_bounds_every_predicted_span(tiny_model, sample_dev, t
     spans = {qid: text for qid, text in predicted[1].items() if text}
     assert len(spans) > len(predicted[1]) / 2, predicted[1]
     assert all(text in one_token[qid] for qid, text in spans.items()), {
-        qid: text for qid, text in spans.items() if text not in one_token[qid]}
+        qid: text for qid, text in spans.items() if text not in one_token[qid]
+    }
 
 
 def without_answers(eval_file, path):
@@ -109,8 +158,19 @@ def test_predict_on_two_ranks_writes_evaluations_files_without_answers(tiny_mode
     labelled file) byte for byte, null odds included for the v2.0 file."""
     evaluate(tiny_model, sample_dev_v2, tmp_path / "eval")
     unlabelled = without_answers(sample_dev_v2, tmp_path / "unlabelled.json")
-    r = run_bert_squad("predict", "--model-dir", tiny_model, "--input", unlabelled, "--output-dir", tmp_path / "pred",
-                       "--cache-dir", tmp_path / "cache", *WINDOWS, launcher=MPIRUN)
+    r = run_bert_squad(
+        "predict",
+        "--model-dir",
+        tiny_model,
+        "--input",
+        unlabelled,
+        "--output-dir",
+        tmp_path / "pred",
+        "--cache-dir",
+        tmp_path / "cache",
+        *WINDOWS,
+        launcher=MPIRUN,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "pred").glob("*.json")) == sorted([*V1_FILES, "null_odds.json"])
     for name in [*V1_FILES, "null_odds.json"]:
@@ -137,10 +197,23 @@ def test_evaluate_several_files_prints_a_row_each_and_the_mean(tiny_model, sampl
     files = list(last["files"].values())
     assert last["mean"]["f1"] == pytest.approx((files[0]["f1"] + files[1]["f1"]) / 2)
     assert r.stdout.splitlines()[-2].startswith("mean")
-    r = run_bert_squad("evaluate", "--model-dir", tiny_model, "--eval-file", sample_dev, sample_dev_v2,
-                       "--lang", "de", "zh", "ar", "--output-dir", tmp_path / "x")
-    assert r.returncode == 2 and r.stderr.strip().endswith("--lang: give one language, or one for each of the 2 "
-                                                           "--eval-file")
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        tiny_model,
+        "--eval-file",
+        sample_dev,
+        sample_dev_v2,
+        "--lang",
+        "de",
+        "zh",
+        "ar",
+        "--output-dir",
+        tmp_path / "x",
+    )
+    assert r.returncode == 2 and r.stderr.strip().endswith(
+        "--lang: give one language, or one for each of the 2 --eval-file"
+    )
 
 
 def test_predict_offers_no_scoring_language_and_evaluate_does():

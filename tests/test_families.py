@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from helpers import MPIRUN, PYTHON, decode_spans, run_bert_squad
 from packaging.version import Version
+from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
 
 from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
 from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
 from bert_squad.model import FAMILIES as KNOWN
-from helpers import MPIRUN, PYTHON, decode_spans, run_bert_squad
-from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,9 @@ print(json.dumps({"class": type(model).__name__, "bert_squad": any(m.startswith(
 
 @pytest.mark.compat
 @pytest.mark.parametrize("known", KNOWN, ids=lambda f: f.name)
-def test_a_family_newer_than_transformers_is_refused_naming_its_release(known, tiny_model, sample_train, tmp_path,
-                                                                       capsys):
+def test_a_family_newer_than_transformers_is_refused_naming_its_release(
+    known, tiny_model, sample_train, tmp_path, capsys
+):
     """Below the first release whose wheel has the class the project loads for a family (model.FAMILIES), a
     model of it is refused in one line naming that release (exit 2, nothing written); from it on, the check
     lets it through to the loaders (the tests below load each family)."""
@@ -62,13 +63,27 @@ def test_a_family_newer_than_transformers_is_refused_naming_its_release(known, t
         assert load_tokenizer(model_dir).is_fast
         return
     (model_dir / "config.json").write_text(json.dumps({"model_type": known.model_type}))
-    code = cli.main(["--model", str(model_dir), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "out"),
-                     "--cache-dir", str(tmp_path / "cache"), "--max-steps", "1"])
+    code = cli.main(
+        [
+            "--model",
+            str(model_dir),
+            "--train-file",
+            str(sample_train),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--max-steps",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     first = family(known.model_type)  # mmBERT is a ModernBERT, mDeBERTa-v3 a DeBERTa-v3: named by the first
-    assert code == 2 and err == [f"bert-squad: error: {model_dir}: a {first.name} model ({known.model_type}) needs "
-                                 f"transformers >= {known.since}, the first release with {known.loads}; this is "
-                                 f"transformers {transformers.__version__} (docs/models.md)"], err
+    assert code == 2 and err == [
+        f"bert-squad: error: {model_dir}: a {first.name} model ({known.model_type}) needs "
+        f"transformers >= {known.since}, the first release with {known.loads}; this is "
+        f"transformers {transformers.__version__} (docs/models.md)"
+    ], err
     assert not (tmp_path / "out").exists()
 
 
@@ -81,7 +96,7 @@ def family_model(request, tmp_path_factory):
 def test_loads_fast_tokenizer_and_qa_model(family_model):
     from bert_squad.model import load_qa_model, load_tokenizer
 
-    family, model_dir = family_model
+    _family, model_dir = family_model
     tok = load_tokenizer(model_dir)
     model = load_qa_model(model_dir)
     enc = tok(["Who?"], ["Ada wrote it."], return_tensors="pt")
@@ -92,8 +107,7 @@ def test_loads_fast_tokenizer_and_qa_model(family_model):
 
 
 @pytest.mark.compat
-@pytest.mark.parametrize("win", [WindowConfig(384, 128, 64), WindowConfig(96, 32, 24)],
-                         ids=["384-128", "96-32"])
+@pytest.mark.parametrize("win", [WindowConfig(384, 128, 64), WindowConfig(96, 32, 24)], ids=["384-128", "96-32"])
 def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
     from bert_squad.model import load_tokenizer
 
@@ -116,9 +130,24 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
 
     family, model_dir = family_model
     out = tmp_path / "out"
-    r = run_bert_squad("--model", model_dir, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--max-steps", 2, "--max-seq-length", 96, "--output-dir", out, "--cache-dir", tmp_path / "c",
-                       "--peak-tflops", "0.5")
+    r = run_bert_squad(
+        "--model",
+        model_dir,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--max-steps",
+        2,
+        "--max-seq-length",
+        96,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "c",
+        "--peak-tflops",
+        "0.5",
+    )
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["run_tflops_per_device"] > 0, (family, metrics)
@@ -126,13 +155,24 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
     assert "f1" in json.loads((out / "eval_metrics.json").read_text())
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     # `predict` from the export answers as the run's evaluation did, byte for byte.
-    predicted = run_bert_squad("predict", "--model-dir", out, "--input", sample_dev, "--output-dir",
-                               tmp_path / "predicted", "--cache-dir", tmp_path / "c", "--max-seq-length", 96)
+    predicted = run_bert_squad(
+        "predict",
+        "--model-dir",
+        out,
+        "--input",
+        sample_dev,
+        "--output-dir",
+        tmp_path / "predicted",
+        "--cache-dir",
+        tmp_path / "c",
+        "--max-seq-length",
+        96,
+    )
     assert predicted.returncode == 0, f"{family}: {predicted.stderr[-3000:]}"
     assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
     # Every family's FLOPs count its real parameters and its attention term.
     n, layers, hidden = model_shape(Answerer.from_pretrained(out).module)
-    assert (layers, hidden) == (LAYERS, HIDDEN) and n > 4 * LAYERS * HIDDEN ** 2  # q, k, v, o alone
+    assert (layers, hidden) == (LAYERS, HIDDEN) and n > 4 * LAYERS * HIDDEN**2  # q, k, v, o alone
     assert flops_per_sample((n, layers, hidden), 96) > 6 * n * 96
     if family in SPAN_HEAD:  # the checkpoint's masked-LM head is left out, in one line; the export loads alone
         assert sum("left out: lm_head" in line for line in r.stdout.splitlines()) == 1, r.stdout
@@ -143,8 +183,13 @@ def assert_loads_with_transformers_alone(out: Path, tmp_path: Path) -> None:
     """The export of a model with the project's span head: its config names the modelling file beside the
     weights, which transformers alone (no bert_squad imported) loads to the same logits as the project."""
     question, context = "Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834."
-    r = subprocess.run([PYTHON, "-c", ALONE, str(out), question, context], capture_output=True, text=True,
-                       env={**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}, timeout=300)
+    r = subprocess.run(
+        [PYTHON, "-c", ALONE, str(out), question, context],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     alone = json.loads(r.stdout.strip().splitlines()[-1])
     qa = Answerer.from_pretrained(out)
@@ -168,11 +213,26 @@ def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, s
 
     family, model_dir = family_model
     limit = 8192 if family in LONG else 512
-    code = cli.main(["--model", str(model_dir), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "no"),
-                     "--cache-dir", str(tmp_path / "c"), "--max-seq-length", str(limit + 1), "--max-steps", "1"])
+    code = cli.main(
+        [
+            "--model",
+            str(model_dir),
+            "--train-file",
+            str(sample_train),
+            "--output-dir",
+            str(tmp_path / "no"),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--max-seq-length",
+            str(limit + 1),
+            "--max-steps",
+            "1",
+        ]
+    )
     source = "max_position_embeddings" if family in RELATIVE_OR_ROTARY else "position embeddings"
     assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
-        f"bert-squad: error: --max-seq-length {limit + 1}: {model_dir} takes at most {limit} tokens (its {source})"]
+        f"bert-squad: error: --max-seq-length {limit + 1}: {model_dir} takes at most {limit} tokens (its {source})"
+    ]
     assert not (tmp_path / "no").exists()
     if family not in LONG:
         return
@@ -181,12 +241,29 @@ def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, s
     config_file = short_tokenizer / "tokenizer_config.json"
     config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), model_max_length=512)))
     out = tmp_path / "out"
-    r = run_bert_squad("--model", short_tokenizer, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--max-steps", 1, "--max-seq-length", limit, "--output-dir", out, "--cache-dir", tmp_path / "c")
+    r = run_bert_squad(
+        "--model",
+        short_tokenizer,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--max-steps",
+        1,
+        "--max-seq-length",
+        limit,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "c",
+    )
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     counts = json.loads((out / "train_metrics.json").read_text())["features"]
     assert counts["features"] == counts["examples"] == len(read_squad(sample_train)), counts  # one window each
-    assert f"eval {sample_dev}: {len(read_squad(sample_dev))} questions, {len(read_squad(sample_dev))} features" in r.stdout
+    assert (
+        f"eval {sample_dev}: {len(read_squad(sample_dev))} questions, {len(read_squad(sample_dev))} features"
+        in r.stdout
+    )
 
 
 @pytest.mark.mpi
@@ -199,8 +276,21 @@ def test_two_ranks_resume_and_answer(family_model, sample_train, tmp_path):
 
     family, model_dir = family_model
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    common = ["--model", model_dir, "--train-file", sample_train, "--max-steps", 4, "--max-seq-length", 96,
-              "--no-eval", "--learning-rate", "1e-3", "--cache-dir", tmp_path / "c"]
+    common = [
+        "--model",
+        model_dir,
+        "--train-file",
+        sample_train,
+        "--max-steps",
+        4,
+        "--max-seq-length",
+        96,
+        "--no-eval",
+        "--learning-rate",
+        "1e-3",
+        "--cache-dir",
+        tmp_path / "c",
+    ]
     r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 2, launcher=MPIRUN)
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     step2 = checkpoint_root(full) / "step00000002"
@@ -212,4 +302,4 @@ def test_two_ranks_resume_and_answer(family_model, sample_train, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), family
     context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
     for answer in Answerer.from_pretrained(resumed).answer("Where was Ada Novak born?", context, top_k=3):
-        assert answer.text and context[answer.start:answer.end] == answer.text, (family, answer)
+        assert answer.text and context[answer.start : answer.end] == answer.text, (family, answer)

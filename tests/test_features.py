@@ -4,8 +4,8 @@
 import pytest
 from helpers import decode_spans, shared_squad
 
-from bert_squad.data import read_squad
 from bert_squad.config import WindowConfig
+from bert_squad.data import read_squad
 from bert_squad.errors import UserError
 from bert_squad.features import build_features, feature_report
 
@@ -89,8 +89,14 @@ def test_long_questions_are_truncated(tokenizer, tmp_path):
     from bert_squad.data import Examples
 
     q = " ".join(["where"] * 100) + " was Ada born?"
-    rec = {"id": "q1", "title": "t", "context": "Ada was born in Lugano in 1900.", "question": q,
-           "answers": {"text": ["Lugano"], "answer_start": [16]}, "is_impossible": False}
+    rec = {
+        "id": "q1",
+        "title": "t",
+        "context": "Ada was born in Lugano in 1900.",
+        "question": q,
+        "answers": {"text": ["Lugano"], "answer_start": [16]},
+        "is_impossible": False,
+    }
     features = build_features(Examples([rec], "mem", False), tokenizer, WindowConfig(64, 16, 10), tmp_path, train=True)
     first_sep = features[0]["input_ids"].index(tokenizer.sep_token_id)
     assert first_sep == 11  # CLS + 10 question tokens
@@ -108,8 +114,9 @@ def test_cached_features_are_the_same_for_any_number_of_workers(sample_train, to
     assert worker_count(3, len(examples)) == 3 and len(examples) >= 3 * QUESTIONS_PER_WORKER
     files = []
     for workers in (1, 3):
-        build_features(examples, tokenizer, WindowConfig(96, 32, 24), tmp_path / str(workers), train=True,
-                       workers=workers)
+        build_features(
+            examples, tokenizer, WindowConfig(96, 32, 24), tmp_path / str(workers), train=True, workers=workers
+        )
         files += list((tmp_path / str(workers) / "features").iterdir())
     assert len(files) == 2 and files[0].name == files[1].name and files[0].read_bytes() == files[1].read_bytes()
     assert worker_count(None, 100) == 1  # too few questions to share

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 import slurm_cluster as sc
 from helpers import Started
 
@@ -54,8 +53,9 @@ def _cluster_process(tmp_path_factory, owner_pid):
     folder = tmp_path_factory.mktemp("slurm")
     (folder / sc.OWNER).write_text(f"{owner_pid}\n")
     (folder / "slurm.conf").write_text("")
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            env={"SLURM_CONF": str(folder / "slurm.conf")})
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], env={"SLURM_CONF": str(folder / "slurm.conf")}
+    )
 
 
 def _exited_pid():
@@ -105,8 +105,10 @@ def test_clearing_waits_for_a_munged_that_is_starting(tmp_path):
     the start holds the munge lock, so it cannot take a starting munged's folder; once the start is over
     (here: given up, nothing answers) the folder is a dead one's and goes."""
     folder = sc.MUNGE_SOCKETS / f"bsq-munge-fixture-test-starting-{os.getpid()}"
-    hold = (f"import fcntl, time; f = open({str(sc.MUNGE_LOCK)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('held', flush=True); time.sleep(600)")
+    hold = (
+        f"import fcntl, time; f = open({str(sc.MUNGE_LOCK)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(600)"
+    )
     clearing = threading.Thread(target=sc.clear_dead_clusters)
     try:
         with Started([sys.executable, "-c", hold], tmp_path / "starting") as starting:
@@ -125,8 +127,10 @@ def test_a_lock_whose_holder_died_is_taken(tmp_path):
     """A live holder is waited for (here 1 s) and named when the wait runs out; once it dies (killed, as a
     crash), the lock is taken at once."""
     lock = tmp_path / "cluster.lock"
-    hold = (f"import fcntl, time; f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "f.write('pid 1234: another session'); f.flush(); print('held', flush=True); time.sleep(600)")
+    hold = (
+        f"import fcntl, time; f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "f.write('pid 1234: another session'); f.flush(); print('held', flush=True); time.sleep(600)"
+    )
     with Started([sys.executable, "-c", hold], tmp_path / "holder") as holder:
         holder.wait_for("held", timeout=60)
         with pytest.raises(pytest.fail.Exception, match="still held after 1s by pid 1234: another session"):
@@ -149,6 +153,9 @@ def test_every_subprocess_a_test_runs_has_a_deadline():
                 continue
             name = ast.unparse(node.func)
             waits = name.endswith((".wait", ".communicate")) and not node.args and name != "self.wait"
-            if name in ("subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output") or waits:
+            if (
+                name in ("subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output")
+                or waits
+            ):
                 missing.append(f"{path.name}:{node.lineno} {name}")
     assert not missing, missing

@@ -14,7 +14,6 @@ import os
 import re
 
 import pytest
-
 from helpers import PYTHON, ROOT, TINY_WINDOWS, Started, free_port, gpu_count, run_bert_squad, skip_for_hardware
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -41,9 +40,27 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     if config == "ds_bf16" and not torch.cuda.is_bf16_supported():
         skip_for_hardware(f"{torch.cuda.get_device_name(0)} has no bf16")
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev,
-                       "--deepspeed_config", config, "--max-steps", 6, "--learning-rate", "1e-3", "--log-every", 1,
-                       "--output-dir", out, "--cache-dir", tmp_path / "cache", *WINDOWS)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--deepspeed_config",
+        config,
+        "--max-steps",
+        6,
+        "--learning-rate",
+        "1e-3",
+        "--log-every",
+        1,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        *WINDOWS,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"^rank 0/1 .* device cuda:0 backend nccl ", r.stdout, re.M), r.stdout[:2000]
     losses = [float(x) for x in re.findall(r"^step \d+/6 loss (\S+)", r.stdout, re.M)]
@@ -52,11 +69,13 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     assert metrics["precision"] == ("bf16" if config == "ds_bf16" else "fp16")
     assert metrics["engine"]["optimizer"] == "torch.optim.adamw.AdamW"  # torch's: no DeepSpeed op built here
     assert metrics["device"] == torch.cuda.get_device_name(0) and metrics["peak_memory_gib"] > 0
-    assert len(json.loads((out / "predictions.json").read_text())) == json.loads(
-        (out / "eval_metrics.json").read_text())["questions"]
+    assert (
+        len(json.loads((out / "predictions.json").read_text()))
+        == json.loads((out / "eval_metrics.json").read_text())["questions"]
+    )
     context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
     [best] = Answerer.from_pretrained(out, device="cuda").answer("Where was Ada Novak born?", context)
-    assert best.text and context[best.start:best.end] == best.text
+    assert best.text and context[best.start : best.end] == best.text
 
 
 def test_each_rank_binds_its_own_gpu_from_the_visible_list(tiny_model, sample_train, tmp_path):
@@ -68,19 +87,46 @@ def test_each_rank_binds_its_own_gpu_from_the_visible_list(tiny_model, sample_tr
     variable, ranks = _visible_gpus_variable(), min(2, gpu_count())
     visible = os.environ.get(variable) or ",".join(map(str, range(gpu_count())))
     out = tmp_path / "out"
-    train = ["--model", tiny_model, "--train-file", sample_train, "--deepspeed_config", "ds_bf16", "--max-steps", 3,
-             "--no-eval", "--output-dir", out, "--cache-dir", tmp_path / "cache", *WINDOWS]
-    common = {"BERT_SQUAD_GPU_ENV": variable, variable: visible, "BERT_SQUAD_REPO": str(ROOT),
-              "SLURM_NTASKS": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-              "PATH": f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}"}
+    train = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--deepspeed_config",
+        "ds_bf16",
+        "--max-steps",
+        3,
+        "--no-eval",
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        *WINDOWS,
+    ]
+    common = {
+        "BERT_SQUAD_GPU_ENV": variable,
+        variable: visible,
+        "BERT_SQUAD_REPO": str(ROOT),
+        "SLURM_NTASKS": str(ranks),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "PATH": f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}",
+    }
     with contextlib.ExitStack() as stack:
-        started = [stack.enter_context(Started(["bash", "-c", rank_sh, "bert-squad-rank", *train],
-                                               tmp_path / f"rank{rank}",
-                                               env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)}))
-                   for rank in range(ranks)]
+        started = [
+            stack.enter_context(
+                Started(
+                    ["bash", "-c", rank_sh, "bert-squad-rank", *train],
+                    tmp_path / f"rank{rank}",
+                    env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+                )
+            )
+            for rank in range(ranks)
+        ]
         assert [proc.wait(timeout=600) for proc in started] == [0] * ranks, [proc.seen() for proc in started]
         for rank, proc in enumerate(started):
-            assert re.search(rf"^rank {rank}/{ranks} .* local_rank {rank} device cuda:0 backend nccl ",
-                             proc.stdout, re.M), proc.seen()
+            assert re.search(
+                rf"^rank {rank}/{ranks} .* local_rank {rank} device cuda:0 backend nccl ", proc.stdout, re.M
+            ), proc.seen()
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == ranks and len(set(metrics["weights_sha256_per_rank"])) == 1

@@ -7,32 +7,57 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import PYTHON, ROOT
 
 from bert_squad import metrics
 from bert_squad.inspect_answers import predicted_offsets
-from helpers import PYTHON, ROOT
 
 SCRIPT = Path(PYTHON).parent / "bert-squad-test"
 
 
 def run_show(*args):
     """The installed console script (or the same entry point where the venv has none)."""
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else [
-        PYTHON, "-c", "from bert_squad.cli import bert_squad_test; raise SystemExit(bert_squad_test())"]
-    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=dict(os.environ, COLUMNS="300"))  # rich wraps at 80 columns otherwise
+    cmd = (
+        [str(SCRIPT)]
+        if SCRIPT.exists()
+        else [PYTHON, "-c", "from bert_squad.cli import bert_squad_test; raise SystemExit(bert_squad_test())"]
+    )
+    return subprocess.run(
+        [*cmd, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="300"),
+    )  # rich wraps at 80 columns otherwise
 
 
 def questions(eval_file):
     """(id, question, context, answer texts) in file order."""
     doc = json.loads(Path(eval_file).read_text())
-    return [(qa["id"], qa["question"], para["context"], [a["text"] for a in qa["answers"]])
-            for article in doc["data"] for para in article["paragraphs"] for qa in para["qas"]]
+    return [
+        (qa["id"], qa["question"], para["context"], [a["text"] for a in qa["answers"]])
+        for article in doc["data"]
+        for para in article["paragraphs"]
+        for qa in para["qas"]
+    ]
 
 
 def window_args(model, eval_file, start, count):
-    return ["--model-file", model, "--eval-file", eval_file, "--start-sample", start,
-            "--num-test-samples", count, "--max-seq-length", 128, "--doc-stride", 48]
+    return [
+        "--model-file",
+        model,
+        "--eval-file",
+        eval_file,
+        "--start-sample",
+        start,
+        "--num-test-samples",
+        count,
+        "--max-seq-length",
+        128,
+        "--doc-stride",
+        48,
+    ]
 
 
 @pytest.mark.parametrize("dev, start, count", [("sample_dev", 5, 3), ("sample_dev_v2", 26, 3)])
@@ -41,7 +66,7 @@ def test_json_lists_the_chosen_questions_with_their_scores(request, tiny_model, 
     done = run_show(*window_args(tiny_model, eval_file, start, count), "--json")
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
-    expected = questions(eval_file)[start:start + count]
+    expected = questions(eval_file)[start : start + count]
     assert [r["id"] for r in results] == [qid for qid, *_ in expected]
     for r, (_, question, context, answers) in zip(results, expected):
         assert (r["question"], r["answers"]) == (question, answers)
@@ -64,8 +89,7 @@ def test_rich_view_shows_questions_references_and_a_summary(tiny_model, sample_d
 
 
 def test_highlight_is_the_predicted_span_not_the_nbest_head():
-    nbest = [{"text": "", "offsets": None}, {"text": "dog", "offsets": [10, 13]},
-             {"text": "dog", "offsets": [0, 3]}]
+    nbest = [{"text": "", "offsets": None}, {"text": "dog", "offsets": [10, 13]}, {"text": "dog", "offsets": [0, 3]}]
     assert predicted_offsets("dog", nbest) == [10, 13]
     assert predicted_offsets("", nbest) is None
 
@@ -77,12 +101,20 @@ def encoder_dir(tmp_path, tiny_model):
     return tmp_path
 
 
-@pytest.mark.parametrize("model, start, message", [
-    (lambda tmp, tiny: tiny, 100000, "--start-sample 100000 with --num-test-samples 2 is outside its 228 questions"),
-    (lambda tmp, tiny: tiny, 227, "--start-sample 227 with --num-test-samples 2 is outside its 228 questions"),
-    (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
-    (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),
-], ids=["range", "range-end", "encoder", "no-config"])
+@pytest.mark.parametrize(
+    "model, start, message",
+    [
+        (
+            lambda tmp, tiny: tiny,
+            100000,
+            "--start-sample 100000 with --num-test-samples 2 is outside its 228 questions",
+        ),
+        (lambda tmp, tiny: tiny, 227, "--start-sample 227 with --num-test-samples 2 is outside its 228 questions"),
+        (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
+        (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),
+    ],
+    ids=["range", "range-end", "encoder", "no-config"],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, tiny_model, sample_dev, model, start, message):
     done = run_show(*window_args(model(tmp_path, tiny_model), sample_dev, start, 2))
     assert done.returncode == 2

@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from bert_squad import cache, cli, preemption
-from bert_squad.cluster import launch
 from ce_srun import Refused, ch_run, expanded, problems
 from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
 from slurm_jobs import finished, stored_script, submitting_env
+
+from bert_squad import cache, cli, preemption
+from bert_squad.cluster import launch
 
 SITES = ("daint", "daint-uenv", "lumi", "generic")
 JOB_SH = ROOT / "slurm" / "job.sh"
@@ -28,8 +28,8 @@ def dry_run(capsys, *argv):
     files = re.search(r"^# files: (.*)$", out, re.M).group(1).split()
     asks = dict(re.findall(r"--([\w-]+)(?:=(\S*))?", re.search(r"^# asks for: (.*)$", out, re.M).group(1)))
     words = shlex.split(out.strip().splitlines()[-1])
-    env = dict(w.split("=", 1) for w in words[:words.index("sbatch")])
-    return words[words.index("sbatch"):], env, asks, files
+    env = dict(w.split("=", 1) for w in words[: words.index("sbatch")])
+    return words[words.index("sbatch") :], env, asks, files
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -40,7 +40,11 @@ def test_site_scripts_are_short_and_hand_over_to_the_shared_part(site):
     assert len(lines) <= 60, f"slurm/{site}.sbatch has {len(lines)} lines"
     assert lines[-1] == 'source "${BERT_SQUAD_REPO:-$SLURM_SUBMIT_DIR}/slurm/job.sh"'
     # Daint's and LUMI's settings name the documentation (and its commit) they come from.
-    cited = {"daint": ["cscs-docs 80abed1"], "daint-uenv": ["cscs-docs 80abed1"], "lumi": ["lumi-userguide 6c3a26c", "LUMI-AI-Guide a7e3387"]}
+    cited = {
+        "daint": ["cscs-docs 80abed1"],
+        "daint-uenv": ["cscs-docs 80abed1"],
+        "lumi": ["lumi-userguide 6c3a26c", "LUMI-AI-Guide a7e3387"],
+    }
     assert all(source in "\n".join(lines) for source in cited.get(site, []))
 
 
@@ -87,19 +91,33 @@ def test_daint_edfs_are_toml_with_the_reference_keys(name, tmp_path):
 
 
 def test_edf_problems_name_what_the_reference_does_not_have():
-    doc = {"image": 3, "mount": [], "mounts": ["/a"], "env": {"A": 1}, "annotations": {"x": {"y": True}}, "writable": True}
+    doc = {
+        "image": 3,
+        "mount": [],
+        "mounts": ["/a"],
+        "env": {"A": 1},
+        "annotations": {"x": {"y": True}},
+        "writable": True,
+    }
     assert problems(doc) == [
-        "image: a int, the reference says str", "mount: not an EDF entry (the reference has base_environment, image, "
-        "workdir, entrypoint, writable, mounts, env, annotations)", "mounts[0]: '/a' is not SOURCE:DESTINATION[:FLAGS]",
-        "env.A: values are strings in the reference, not int", "annotations.x.y: values are strings in the reference, "
-        "not bool"]
+        "image: a int, the reference says str",
+        "mount: not an EDF entry (the reference has base_environment, image, "
+        "workdir, entrypoint, writable, mounts, env, annotations)",
+        "mounts[0]: '/a' is not SOURCE:DESTINATION[:FLAGS]",
+        "env.A: values are strings in the reference, not int",
+        "annotations.x.y: values are strings in the reference, not bool",
+    ]
 
 
 def test_edf_expansion_follows_the_reference():
     """edf.md: ${VAR} from the environment, ${VAR:-} empty where undefined, $${VAR} the literal text, and any
     other undefined variable an error naming it."""
     doc = {"mounts": ["${A}:/d"], "env": {"K": "$${A}", "L": "${B:-}", "M": "${B:-x}-${A}"}, "writable": True}
-    assert expanded(doc, {"A": "a"}) == {"mounts": ["a:/d"], "env": {"K": "${A}", "L": "", "M": "x-a"}, "writable": True}
+    assert expanded(doc, {"A": "a"}) == {
+        "mounts": ["a:/d"],
+        "env": {"K": "${A}", "L": "", "M": "x-a"},
+        "writable": True,
+    }
     with pytest.raises(Refused, match=r"^\$\{B\} is not defined"):
         expanded("${B}", {"A": "a"})
 
@@ -114,17 +132,40 @@ def test_each_edf_key_becomes_a_ch_run_option(tmp_path, monkeypatch):
     data.mkdir()
     (rootfs / "etc" / "environment").write_text('X=image\nexport Y="image"\n# not a variable\n')
     (rootfs / "etc" / "rc").write_text('exec "$@"\n')
-    edf = {"mounts": [f"{data}:/data/in", f"{data}:/tmp/in"], "workdir": "/data", "writable": False,
-           "entrypoint": True, "env": {"Y": "edf", "Z": ""}, "annotations": {"com.hooks.cxi.enabled": "false"}}
+    edf = {
+        "mounts": [f"{data}:/data/in", f"{data}:/tmp/in"],
+        "workdir": "/data",
+        "writable": False,
+        "entrypoint": True,
+        "env": {"Y": "edf", "Z": ""},
+        "annotations": {"com.hooks.cxi.enabled": "false"},
+    }
     assert ch_run(edf, rootfs) == [
-        "ch-run", "--private-tmp", f"--bind={data}:/data/in", f"--bind={data}:/tmp/in", "--cd=/data", "--env-no-expand",
-        "--set-env=X=image", "--set-env=Y=image", "--set-env=Y=edf", "--unset-env=Z", str(rootfs), "--", "/bin/sh",
-        "/etc/rc"]
+        "ch-run",
+        "--private-tmp",
+        f"--bind={data}:/data/in",
+        f"--bind={data}:/tmp/in",
+        "--cd=/data",
+        "--env-no-expand",
+        "--set-env=X=image",
+        "--set-env=Y=image",
+        "--set-env=Y=edf",
+        "--unset-env=Z",
+        str(rootfs),
+        "--",
+        "/bin/sh",
+        "/etc/rc",
+    ]
     assert (rootfs / "data" / "in").is_dir() and not (rootfs / "tmp").exists()  # /tmp: the container's own
-    assert ch_run({"entrypoint": False}, rootfs)[:2] == ["ch-run", "--private-tmp"] and ch_run({}, rootfs)[2] == "--write"
+    assert (
+        ch_run({"entrypoint": False}, rootfs)[:2] == ["ch-run", "--private-tmp"] and ch_run({}, rootfs)[2] == "--write"
+    )
     (rootfs / "opt").symlink_to("/")
-    for mount, why in ((f"{data}:/d:ro", "flags (ro) have no equivalent in ch-run"), (f"{data}:/opt/x", "/opt is a symlink"),
-                       (f"{tmp_path}/absent:/x", "absent does not exist")):
+    for mount, why in (
+        (f"{data}:/d:ro", "flags (ro) have no equivalent in ch-run"),
+        (f"{data}:/opt/x", "/opt is a symlink"),
+        (f"{tmp_path}/absent:/x", "absent does not exist"),
+    ):
         with pytest.raises(Refused, match=re.escape(why)):
             ch_run({"mounts": [mount]}, rootfs)
     assert not Path("/x").exists()
@@ -132,7 +173,7 @@ def test_each_edf_key_becomes_a_ch_run_option(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("nodes", [1, 8])
 def test_lumi_whole_nodes(capsys, nodes):
-    argv, env, opts, files = dry_run(capsys, "--site", "lumi", "--nodes", str(nodes))
+    _argv, _env, opts, files = dry_run(capsys, "--site", "lumi", "--nodes", str(nodes))
     assert files == [str(ROOT / "slurm" / "lumi.sbatch"), str(JOB_SH)]
     # One rank per GCD, 7 of the 56 usable cores each, whole nodes on standard-g, a requeued log appended to.
     assert opts["nodes"] == str(nodes) and opts["ntasks-per-node"] == "8" and opts["gpus-per-node"] == "8"
@@ -147,7 +188,7 @@ def test_lumi_whole_nodes(capsys, nodes):
 
 def test_part_of_a_lumi_node_goes_to_small_g(capsys):
     """Fewer than 8 GCDs: small-g, which bills what the job asks for (lumi-userguide partitions.md)."""
-    argv, env, opts, _ = dry_run(capsys, "--site", "lumi", "--nodes", "1", "--gpus-per-node", "4", "--dry-run")
+    argv, _env, opts, _ = dry_run(capsys, "--site", "lumi", "--nodes", "1", "--gpus-per-node", "4", "--dry-run")
     assert argv[1:-1] == ["--ntasks-per-node=4", "--gpus-per-node=4", "--partition=small-g"]
     assert opts["partition"] == "small-g" and opts["open-mode"] == "append"
     _, _, opts, _ = dry_run(capsys, "--site", "lumi", "--gpus-per-node", "4", "--partition", "dev-g")
@@ -162,8 +203,9 @@ def test_the_partial_node_partition_is_the_site_scripts(tmp_path, monkeypatch):
     (tmp_path / "slurm").mkdir()
     lumi = (ROOT / "slurm" / "lumi.sbatch").read_text()
     assert re.search(r"^PARTIAL_NODE_PARTITION=small-g$", lumi, re.M)
-    (tmp_path / "slurm" / "edited.sbatch").write_text(lumi.replace("PARTIAL_NODE_PARTITION=small-g",
-                                                                   "PARTIAL_NODE_PARTITION=dev-g  # for a test"))
+    (tmp_path / "slurm" / "edited.sbatch").write_text(
+        lumi.replace("PARTIAL_NODE_PARTITION=small-g", "PARTIAL_NODE_PARTITION=dev-g  # for a test")
+    )
     (tmp_path / "slurm" / "none.sbatch").write_text(re.sub(r"^PARTIAL_NODE_PARTITION=.*$", "", lumi, flags=re.M))
     monkeypatch.setenv("BERT_SQUAD_REPO", str(tmp_path))
     part = launch.JobSpec(site="edited", gpus_per_node=4)
@@ -178,31 +220,59 @@ def test_cpu_masks_only_on_whole_nodes(ranks, bound):
     (lumi-userguide lumig-job.md)."""
     block = re.search(r"^# CPU masks.*?^\[ .*CPU_BIND=\$BERT_SQUAD_CPU_BIND$", JOB_SH.read_text(), re.M | re.S).group(0)
     masks = re.search(r"(mask_cpu:\S+)", (ROOT / "slurm" / "lumi.sbatch").read_text()).group(1)
-    proc = subprocess.run(["bash", "-c", f"set -eu\n{block}\necho \"$CPU_BIND\""], capture_output=True, text=True,
-                          env={"BERT_SQUAD_CPU_BIND": masks, "SLURM_NTASKS_PER_NODE": ranks}, timeout=60)
+    proc = subprocess.run(
+        ["bash", "-c", f'set -eu\n{block}\necho "$CPU_BIND"'],
+        capture_output=True,
+        text=True,
+        env={"BERT_SQUAD_CPU_BIND": masks, "SLURM_NTASKS_PER_NODE": ranks},
+        timeout=60,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == (masks if bound else ""), proc.stderr
 
 
 def test_options_and_training_arguments(capsys):
-    argv, env, opts, _ = dry_run(capsys, "--site", "generic", "--nodes", "2", "--gpus-per-node", "4", "--time",
-                                 "1-00:00:00", "--account", "proj_1", "--partition", "gpu", "--requeue", "--",
-                                 "--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME")
+    argv, env, opts, _ = dry_run(
+        capsys,
+        "--site",
+        "generic",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--time",
+        "1-00:00:00",
+        "--account",
+        "proj_1",
+        "--partition",
+        "gpu",
+        "--requeue",
+        "--",
+        "--epochs",
+        "3",
+        "--output-dir",
+        "runs/a b",
+        "--seed",
+        "$HOME",
+    )
     assert (opts["nodes"], opts["ntasks-per-node"], opts["gpus-per-node"]) == ("2", "4", "4")
     assert (opts["time"], opts["account"], opts["partition"]) == ("1-00:00:00", "proj_1", "gpu")
     assert "requeue" in opts and opts["open-mode"] == "append" and env == {"BERT_SQUAD_REQUEUE": "1"}
     # Training arguments are the script's own arguments: literal words, never expanded.
     script = argv.index(str(ROOT / "slurm" / "generic.sbatch"))
-    assert argv[script + 1:] == ["--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME"]
+    assert argv[script + 1 :] == ["--epochs", "3", "--output-dir", "runs/a b", "--seed", "$HOME"]
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--site", "daint", "--nodes", "0"], "--nodes 0"),
-    (["--site", "lumi", "--gpus-per-node", "9"], "has 8 GPU(s)"),
-    (["--site", "daint", "--gpus-per-node", "5"], "a daint node has 4 GPU(s)"),
-    (["--site", "lumi", "--time", "1 hour"], "--time"),
-    (["--site", "lumi", "--account", "x;rm"], "--account"),
-    (["--site", "mars"], "--site mars: no"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--site", "daint", "--nodes", "0"], "--nodes 0"),
+        (["--site", "lumi", "--gpus-per-node", "9"], "has 8 GPU(s)"),
+        (["--site", "daint", "--gpus-per-node", "5"], "a daint node has 4 GPU(s)"),
+        (["--site", "lumi", "--time", "1 hour"], "--time"),
+        (["--site", "lumi", "--account", "x;rm"], "--account"),
+        (["--site", "mars"], "--site mars: no"),
+    ],
+)
 def test_bad_options_are_one_line_errors(capsys, argv, message):
     assert cli.main(["launch", *argv]) == 2
     err = capsys.readouterr().err
@@ -215,9 +285,23 @@ def test_submit_runs_the_site_script_on_the_test_slurm(slurm_cluster, tiny_model
     """`launch --submit` from the checkout runs the sbatch command --dry-run prints: the real sbatch gets the
     site script as it is (Slurm keeps it), with the command's options, and the job trains."""
     out = tmp_path / "model"
-    train = ["--model", str(tiny_model), "--train-file", "bert_squad/sample/train-v1.1.json", "--max-steps", "1",
-             "--max-seq-length", "96", "--doc-stride", "16", "--no-eval", "--output-dir", str(out),
-             "--cache-dir", str(tmp_path / "cache")]
+    train = [
+        "--model",
+        str(tiny_model),
+        "--train-file",
+        "bert_squad/sample/train-v1.1.json",
+        "--max-steps",
+        "1",
+        "--max-seq-length",
+        "96",
+        "--doc-stride",
+        "16",
+        "--no-eval",
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     submitting_env(monkeypatch, slurm_cluster, tmp_path)
     monkeypatch.chdir(ROOT)
     own = ["--site", "generic", "--time", "00:10:00"]
@@ -234,19 +318,33 @@ def test_submit_runs_the_site_script_on_the_test_slurm(slurm_cluster, tiny_model
 def test_a_requeue_switch_that_is_no_switch_is_refused_by_the_job(tmp_path):
     """BERT_SQUAD_REQUEUE=yes was read as 0 (no requeue) without a word; the job script says so and stops."""
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "BERT_SQUAD_REQUEUE": "yes"}
-    proc = subprocess.run(["bash", str(ROOT / "slurm" / "generic.sbatch")], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "generic.sbatch")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "bert-squad: error: BERT_SQUAD_REQUEUE=yes: use 1 (requeue after a checkpointed stop) or 0"], proc.stderr
+        "bert-squad: error: BERT_SQUAD_REQUEUE=yes: use 1 (requeue after a checkpointed stop) or 0"
+    ], proc.stderr
 
 
 def test_the_uenv_job_without_its_uenv_is_one_line(tmp_path):
     """slurm/daint-uenv.sbatch runs the ranks natively in CSCS's PyTorch uenv, which its #SBATCH --uenv mounts."""
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "HOME": str(tmp_path)}
-    proc = subprocess.run(["bash", str(ROOT / "slurm" / "daint-uenv.sbatch")], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "daint-uenv.sbatch")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "bert-squad: error: no uenv at /user-environment: add #SBATCH --uenv=<image>:/user-environment and --view"]
+        "bert-squad: error: no uenv at /user-environment: add #SBATCH --uenv=<image>:/user-environment and --view"
+    ]
 
 
 def fake_sbatch(tmp_path, monkeypatch):
@@ -273,11 +371,21 @@ def daint_inputs(tmp_path, monkeypatch, image_from="/bin"):
         env[18:20] = (183).to_bytes(2, "little")  # e_machine EM_AARCH64
     (root / "env").write_bytes(bytes(env))
     image = scratch / "bert-squad" / "bert-squad-alps.sqsh"
-    subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet", "-no-progress"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(scratch))
-    for var in ("BERT_SQUAD_IMAGE", "BERT_SQUAD_EDF", "BERT_SQUAD_CACHE", "BERT_SQUAD_WORK", "BERT_SQUAD_RUNTIME",
-                "BERT_SQUAD_LAUNCHER"):
+    for var in (
+        "BERT_SQUAD_IMAGE",
+        "BERT_SQUAD_EDF",
+        "BERT_SQUAD_CACHE",
+        "BERT_SQUAD_WORK",
+        "BERT_SQUAD_RUNTIME",
+        "BERT_SQUAD_LAUNCHER",
+    ):
         monkeypatch.delenv(var, raising=False)
     return image
 
@@ -303,11 +411,15 @@ def test_what_a_daint_job_cannot_start_without_is_refused_at_submit(tmp_path, mo
         "mount": f"mount source {tmp_path}/no-cache does not exist",
         "launcher": "BERT_SQUAD_RUNTIME=ce starts the containers through srun",
     }[case]
-    monkeypatch.setenv(*{"edf": ("BERT_SQUAD_EDF", f"{tmp_path}/no.toml"),
-                         "image": ("BERT_SQUAD_IMAGE", f"{tmp_path}/absent.sqsh"),
-                         "arch": ("BERT_SQUAD_RUNTIME", "ce"),
-                         "mount": ("BERT_SQUAD_CACHE", f"{tmp_path}/no-cache"),
-                         "launcher": ("BERT_SQUAD_LAUNCHER", "mpirun")}[case])
+    monkeypatch.setenv(
+        *{
+            "edf": ("BERT_SQUAD_EDF", f"{tmp_path}/no.toml"),
+            "image": ("BERT_SQUAD_IMAGE", f"{tmp_path}/absent.sqsh"),
+            "arch": ("BERT_SQUAD_RUNTIME", "ce"),
+            "mount": ("BERT_SQUAD_CACHE", f"{tmp_path}/no-cache"),
+            "launcher": ("BERT_SQUAD_LAUNCHER", "mpirun"),
+        }[case]
+    )
     assert cli.main(["launch", "--site", "daint", "--submit"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("bert-squad launch: error: ") and expected in err, err
@@ -316,6 +428,7 @@ def test_what_a_daint_job_cannot_start_without_is_refused_at_submit(tmp_path, mo
 
 def test_cache_check_follows_the_python_layout(tmp_path, capsys):
     """The job's fail-fast check is `bert-squad check-cache`: it looks where bert_squad.cache puts things."""
+
     def check(*args):
         code = cli.main(["check-cache", "--cache-dir", str(tmp_path), "--output-dir", str(tmp_path / "out"), *args])
         return code, capsys.readouterr().err
@@ -350,9 +463,26 @@ def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_mode
     hf_home = tmp_path / "hf"
     snapshot = put_in_hub_cache(hf_home / "hub", "org/tiny", tiny_model)
     env = dict(os.environ, **{var: str(hf_home if var == "HF_HOME" else hf_home / "hub")})
-    proc = subprocess.run([PYTHON, "-m", "bert_squad", "check-cache", "--model", "org/tiny", "--train-file", "x.json",
-                           "--cache-dir", str(tmp_path / "empty"), "--output-dir", str(tmp_path / "out")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "bert_squad",
+            "check-cache",
+            "--model",
+            "org/tiny",
+            "--train-file",
+            "x.json",
+            "--cache-dir",
+            str(tmp_path / "empty"),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"model: {snapshot}"
 
@@ -361,10 +491,15 @@ def test_scripts_pass_shellcheck():
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck is not installed (apt-get install shellcheck, or `make system-deps`)")
     # The job scripts, and the suite's own (tests/run.sh runs the sessions, .ci/run is CI's entry).
-    paths = [*sorted((ROOT / "slurm").glob("*.sbatch")), JOB_SH, *sorted((ROOT / "tests").glob("*.sh")),
-             ROOT / ".ci" / "run"]
-    proc = subprocess.run(["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True,
-                          timeout=300)
+    paths = [
+        *sorted((ROOT / "slurm").glob("*.sbatch")),
+        JOB_SH,
+        *sorted((ROOT / "tests").glob("*.sh")),
+        ROOT / ".ci" / "run",
+    ]
+    proc = subprocess.run(
+        ["shellcheck", "-S", "error", "-s", "bash", *map(str, paths)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout
     for path in paths:
         assert subprocess.run(["bash", "-n", str(path)], timeout=60).returncode == 0, path

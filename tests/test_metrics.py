@@ -12,26 +12,36 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from helpers import random_predictions, shared_squad
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracles import (
+    questions,
+    squad_metrics_v2,
+    torchmetrics_v1,
+    torchmetrics_v1_question,
+    transformers_v2,
+    transformers_v2_per_question,
+)
 
 from bert_squad.metrics import LANGUAGES, exact_match, f1, normalize_answer, score, score_v1, score_v2
-from helpers import random_predictions, shared_squad
-from oracles import (questions, squad_metrics_v2, torchmetrics_v1, torchmetrics_v1_question, transformers_v2,
-                     transformers_v2_per_question)
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ_FILES = settings(max_examples=30, deadline=None,
-                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ_FILES = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 # torchmetrics sums float32 tensors: a question's F1 agrees to a few float32 roundings, a file's to its sum's.
 QUESTION_TOLERANCE = dict(rel=1e-6, abs=1e-7)
 FILE_TOLERANCE = dict(rel=1e-5, abs=1e-5)
 
 
 def ours_per_question(dataset, predictions):
-    return {q["id"]: (exact_match(predictions[q["id"]], refs), f1(predictions[q["id"]], refs))
-            for q in questions(dataset["data"]) if q["id"] in predictions
-            for refs in [[a["text"] for a in q["answers"]]]}
+    return {
+        q["id"]: (exact_match(predictions[q["id"]], refs), f1(predictions[q["id"]], refs))
+        for q in questions(dataset["data"])
+        if q["id"] in predictions
+        for refs in [[a["text"] for a in q["answers"]]]
+    }
 
 
 def dataset(paragraphs, version="v2.0"):
@@ -53,16 +63,20 @@ def quiet_v1(articles, predictions, lang=None):
 
 # --- hand-computed -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, normal", [
-    ("The Cat", "cat"),
-    ("  a  dog,   an apple!  ", "dog apple"),
-    ("theatre", "theatre"),             # articles only as whole words
-    ("U.S.-led", "usled"),
-    ("Café  Ünïcode", "café ünïcode"),  # non-ASCII letters kept, lowercased
-    ("«quoted» — dash", "«quoted» — dash"),  # only ASCII punctuation is removed
-    ("", ""),
-    ("the", ""),
-])
+
+@pytest.mark.parametrize(
+    "text, normal",
+    [
+        ("The Cat", "cat"),
+        ("  a  dog,   an apple!  ", "dog apple"),
+        ("theatre", "theatre"),  # articles only as whole words
+        ("U.S.-led", "usled"),
+        ("Café  Ünïcode", "café ünïcode"),  # non-ASCII letters kept, lowercased
+        ("«quoted» — dash", "«quoted» — dash"),  # only ASCII punctuation is removed
+        ("", ""),
+        ("the", ""),
+    ],
+)
 def test_normalize_answer(text, normal):
     assert normalize_answer(text) == normal
 
@@ -104,13 +118,27 @@ def test_score_v1_refuses_a_question_without_answers():
 
 
 def test_score_v2_hand_computed_keys_and_order():
-    data = dataset([{"context": "c", "qas": [qa("a", "Paris", impossible=False),
-                                             qa("b", impossible=True),
-                                             qa("c", impossible=True)]}])["data"]
+    data = dataset(
+        [
+            {
+                "context": "c",
+                "qas": [qa("a", "Paris", impossible=False), qa("b", impossible=True), qa("c", impossible=True)],
+            }
+        ]
+    )["data"]
     preds = {"a": "Paris", "b": "", "c": "Lyon"}
     result = score_v2(data, preds)
-    assert list(result) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
-                            "NoAns_exact", "NoAns_f1", "NoAns_total"]
+    assert list(result) == [
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "HasAns_total",
+        "NoAns_exact",
+        "NoAns_f1",
+        "NoAns_total",
+    ]
     assert result["exact"] == result["f1"] == 200.0 / 3 and result["total"] == 3
     assert (result["HasAns_exact"], result["NoAns_exact"]) == (100.0, 50.0)
 
@@ -145,14 +173,36 @@ def test_v2_rules_cannot_score_a_missing_prediction_either():
 def test_score_picks_the_version():
     v1 = dataset([{"context": "c", "qas": [qa("a", "x")]}], "1.1")["data"]
     assert score(v1, {"a": "x"}) == {"exact_match": 100.0, "f1": 100.0}
-    with pytest.raises(ValueError, match="v2.0 data only"):
+    with pytest.raises(ValueError, match=r"v2\.0 data only"):
         score(v1, {"a": "x"}, {"a": 0.5})
 
 
 # --- generated data ------------------------------------------------------------------------------
 
-WORDS = ["the", "The", "a", "an", "cat", "Cat's", "sat", "on", "mat.", "naïve", "Café", "ÜBER",
-         "1,000", "U.S.", "—", "well-known", "(x)", "日本", "«q»", "theatre", "!", "x"]
+WORDS = [
+    "the",
+    "The",
+    "a",
+    "an",
+    "cat",
+    "Cat's",
+    "sat",
+    "on",
+    "mat.",
+    "naïve",
+    "Café",
+    "ÜBER",
+    "1,000",
+    "U.S.",
+    "—",
+    "well-known",
+    "(x)",
+    "日本",
+    "«q»",
+    "theatre",
+    "!",
+    "x",
+]
 
 
 @st.composite
@@ -168,7 +218,7 @@ def squad_data(draw, v2, prefix=""):
             answers = []
             for _ in range(0 if impossible else draw(st.integers(1, 3))):
                 i = draw(st.integers(0, len(words) - 1))
-                answers.append(" ".join(words[i:draw(st.integers(i + 1, len(words)))]))
+                answers.append(" ".join(words[i : draw(st.integers(i + 1, len(words)))]))
             qas.append(qa(f"{prefix}q{n}", *answers, impossible=impossible if v2 else None))
             n += 1
         paragraphs.append({"context": context, "qas": qas})
@@ -197,10 +247,17 @@ def draw_predictions(data, draw, allow_missing):
             words = para["context"].split()
             for q in para["qas"]:
                 refs = [a["text"] for a in q["answers"]] or [""]
-                choice = draw(st.one_of(
-                    st.sampled_from(refs), st.sampled_from(refs).map(lambda r: f" {r.upper()}. "),
-                    st.sampled_from(words), st.just(" ".join(words)), st.just(""), st.just(" "),
-                    st.text(max_size=8)))
+                choice = draw(
+                    st.one_of(
+                        st.sampled_from(refs),
+                        st.sampled_from(refs).map(lambda r: f" {r.upper()}. "),
+                        st.sampled_from(words),
+                        st.just(" ".join(words)),
+                        st.just(""),
+                        st.just(" "),
+                        st.text(max_size=8),
+                    )
+                )
                 if not (allow_missing and draw(st.booleans()) and draw(st.booleans())):
                     preds[q["id"]] = choice
     return preds
@@ -215,6 +272,7 @@ THRESHOLDS = st.sampled_from([1.0, 0.5, 0.0, -1.0])
 
 
 # --- SQuAD v1.1 against torchmetrics ---------------------------------------------------------------
+
 
 def empty_against_empty(prediction, references):
     """Where torchmetrics leaves v1.1's rules: an empty prediction and a reference that normalises to nothing
@@ -250,8 +308,10 @@ def assert_v1_file_matches(squad, preds):
 def test_torchmetrics_differs_from_v1_only_on_empty_against_empty():
     """The one rule where the oracle is not v1.1's, shown on the smallest case (and a control beside it)."""
     assert torchmetrics_v1_question("", ["the"]) == (1.0, 1.0)
-    assert quiet_v1(dataset([{"context": "c", "qas": [qa("q", "the")]}], "1.1")["data"], {"q": ""}) == \
-        {"exact_match": 100.0, "f1": 0.0}
+    assert quiet_v1(dataset([{"context": "c", "qas": [qa("q", "the")]}], "1.1")["data"], {"q": ""}) == {
+        "exact_match": 100.0,
+        "f1": 0.0,
+    }
     assert_v1_question_matches("", ["Paris"])
 
 
@@ -280,6 +340,7 @@ def test_real_dev_v1_equals_torchmetrics():
 
 
 # --- SQuAD v2.0 against transformers 4.x's squad_metrics --------------------------------------------
+
 
 def assert_v2_file_matches(squad, preds, na=None, thresh=1.0):
     """Per question before the threshold, then the whole JSON, key order included."""
@@ -331,27 +392,32 @@ def test_real_dev_v2_equals_transformers():
 # U+4E00-U+9FA5 a token, other runs split at whitespace). No registry package implements these rules, so
 # the worked examples below are computed by hand from them, and the properties follow from them.
 
-@pytest.mark.parametrize("lang, text, normal", [
-    ("en", "The Eiffel Tower!", "eiffel tower"),
-    ("en", "«Paris» — 1889", "paris 1889"),                    # Unicode punctuation goes too
-    ("es", "Los Ángeles, la ciudad", "ángeles ciudad"),
-    ("de", "Die Berliner Mauer (1961)", "berliner mauer 1961"),
-    ("de", "Dieser Hund", "dieser hund"),                     # an article only as a whole word
-    ("vi", "Những ngôi nhà của tôi", "ngôi nhà tôi"),
-    ("hi", "भारत की राजधानी।", "भारत की राजधानी"),              # the danda is punctuation; no articles
-    ("ar", "الكتاب الأحمر", "كتاب أحمر"),
-    ("ar", "قال", "ق"),                                        # ال is removed wherever it occurs
-    ("zh", "北京大学。", "北 京 大 学"),
-    ("zh", "Python 3编程", "python 3 编 程"),
-    ("zh", "㐀㐁 中", "㐀㐁 中"),                              # outside U+4E00-U+9FA5: not segmented
-])
+
+@pytest.mark.parametrize(
+    "lang, text, normal",
+    [
+        ("en", "The Eiffel Tower!", "eiffel tower"),
+        ("en", "«Paris» — 1889", "paris 1889"),  # Unicode punctuation goes too
+        ("es", "Los Ángeles, la ciudad", "ángeles ciudad"),
+        ("de", "Die Berliner Mauer (1961)", "berliner mauer 1961"),
+        ("de", "Dieser Hund", "dieser hund"),  # an article only as a whole word
+        ("vi", "Những ngôi nhà của tôi", "ngôi nhà tôi"),
+        ("hi", "भारत की राजधानी।", "भारत की राजधानी"),  # the danda is punctuation; no articles
+        ("ar", "الكتاب الأحمر", "كتاب أحمر"),
+        ("ar", "قال", "ق"),  # ال is removed wherever it occurs
+        ("zh", "北京大学。", "北 京 大 学"),
+        ("zh", "Python 3编程", "python 3 编 程"),
+        ("zh", "㐀㐁 中", "㐀㐁 中"),  # outside U+4E00-U+9FA5: not segmented
+    ],
+)
 def test_language_normalization_worked_by_hand(lang, text, normal):
     assert normalize_answer(text, lang) == normal
 
 
 def test_language_scores_worked_by_hand():
     one = lambda pred, *refs, lang: quiet_v1(  # noqa: E731
-        dataset([{"context": "c", "qas": [qa("q", *refs)]}], "1.1")["data"], {"q": pred}, lang)
+        dataset([{"context": "c", "qas": [qa("q", *refs)]}], "1.1")["data"], {"q": pred}, lang
+    )
     # 4 predicted characters, 2 of them the reference's: precision 1/2, recall 1, F1 2/3.
     assert one("北京大学", "北京", lang="zh") == pytest.approx({"exact_match": 0.0, "f1": 100.0 * 2 / 3})
     assert one("北京大学", "北京", lang=None) == {"exact_match": 0.0, "f1": 0.0}  # one token each, different
@@ -360,15 +426,20 @@ def test_language_scores_worked_by_hand():
     assert one("الكتاب", "كتاب", lang="ar") == {"exact_match": 100.0, "f1": 100.0}
     assert one("!", "؟", lang="ar") == {"exact_match": 100.0, "f1": 0.0}  # both empty: v1.1's F1 rule
     two = dataset([{"context": "c", "qas": [qa("a", "北京"), qa("b", "上海")]}], "1.1")["data"]
-    assert quiet_v1(two, {"a": "北京大学", "b": "上海"}, "zh") == \
-        pytest.approx({"exact_match": 50.0, "f1": 100.0 * (2 / 3 + 1) / 2})
+    assert quiet_v1(two, {"a": "北京大学", "b": "上海"}, "zh") == pytest.approx(
+        {"exact_match": 50.0, "f1": 100.0 * (2 / 3 + 1) / 2}
+    )
 
 
 LETTERS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyzäöüßñáéíóúàạấầơưđ"), min_size=1, max_size=6)
 ARABIC_LETTERS = st.text(st.sampled_from("ابتثجحخدذرسشصطعغفقكلمنهوي"), min_size=1, max_size=6)
-PUNCTUATION = st.sampled_from(list("!?.,;:«»—–“”„‘’。、！？《》¿¡؟،।") + ["..."])
-ARTICLES = {"en": ["a", "An", "THE"], "es": ["el", "La", "los", "unas"], "de": ["Der", "die", "einem", "des"],
-            "vi": ["của", "Những", "cái"]}
+PUNCTUATION = st.sampled_from([*list("!?.,;:«»—–“”„‘’。、！？《》¿¡؟،।"), "..."])
+ARTICLES = {
+    "en": ["a", "An", "THE"],
+    "es": ["el", "La", "los", "unas"],
+    "de": ["Der", "die", "einem", "des"],
+    "vi": ["của", "Những", "cái"],
+}
 
 
 @FUZZ
@@ -412,5 +483,6 @@ def test_english_rules_are_squads_on_ascii(text):
 def test_language_f1_is_symmetric(lang, a, b):
     """F1 is the harmonic mean of precision and recall: swapping prediction and reference swaps the two."""
     score_of = lambda pred, ref: quiet_v1(  # noqa: E731
-        dataset([{"context": "c", "qas": [qa("q", ref)]}], "1.1")["data"], {"q": pred}, lang)
+        dataset([{"context": "c", "qas": [qa("q", ref)]}], "1.1")["data"], {"q": pred}, lang
+    )
     assert score_of(a, b) == score_of(b, a)

@@ -18,34 +18,76 @@ def _remove(model_dir, *patterns):
 BROKEN = {
     # name: (how to break a copy of the tiny model, what the error line says)
     "no tokenizer files": (lambda d: _remove(d, "*token*", "vocab*"), "cannot load a tokenizer"),
-    "truncated weights": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000]),
-                          "cannot load model weights"),
-    "weights not safetensors": (lambda d: (d / "model.safetensors").write_bytes(b"PK\x03\x04 this is a zip" * 50),
-                                "cannot load model weights"),
-    "garbage pytorch weights": (lambda d: (_remove(d, "model.safetensors"),
-                                           (d / "pytorch_model.bin").write_bytes(b"\x80\x04garbage" * 100)),
-                                "cannot load model weights"),
+    "truncated weights": (
+        lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000]),
+        "cannot load model weights",
+    ),
+    "weights not safetensors": (
+        lambda d: (d / "model.safetensors").write_bytes(b"PK\x03\x04 this is a zip" * 50),
+        "cannot load model weights",
+    ),
+    "garbage pytorch weights": (
+        lambda d: (_remove(d, "model.safetensors"), (d / "pytorch_model.bin").write_bytes(b"\x80\x04garbage" * 100)),
+        "cannot load model weights",
+    ),
     "no weights": (lambda d: _remove(d, "model.safetensors"), "cannot load model weights"),
     "malformed config": (lambda d: (d / "config.json").write_text('{"model_type": "bert",'), "config.json"),
-    "corrupt tokenizer.json": (lambda d: (d / "tokenizer.json").write_text('{"version": "1.0", "model": 3}'),
-                               "cannot load a tokenizer"),
-    "a family newer than transformers": (lambda d: (d / "config.json").write_text(json.dumps(
-        dict(json.loads((d / "config.json").read_text()), model_type="bert-of-2031"))),
-        "model type 'bert-of-2031' is unknown to transformers"),
-    "another architecture": (lambda d: (d / "config.json").write_text(json.dumps(
-        {"model_type": "vit", "architectures": ["ViTForQuestionAnswering"], "hidden_size": 32})),
-        "cannot load model weights"),
+    "corrupt tokenizer.json": (
+        lambda d: (d / "tokenizer.json").write_text('{"version": "1.0", "model": 3}'),
+        "cannot load a tokenizer",
+    ),
+    "a family newer than transformers": (
+        lambda d: (d / "config.json").write_text(
+            json.dumps(dict(json.loads((d / "config.json").read_text()), model_type="bert-of-2031"))
+        ),
+        "model type 'bert-of-2031' is unknown to transformers",
+    ),
+    "another architecture": (
+        lambda d: (d / "config.json").write_text(
+            json.dumps({"model_type": "vit", "architectures": ["ViTForQuestionAnswering"], "hidden_size": 32})
+        ),
+        "cannot load model weights",
+    ),
 }
 
 COMMANDS = {
-    "train": lambda d, t: (cli.main, ["--model", str(d), "--train-file", str(t.train), "--output-dir", str(t.out),
-                                      "--cache-dir", str(t.cache), "--max-steps", "1"]),
-    "evaluate": lambda d, t: (cli.main, ["evaluate", "--model-dir", str(d), "--eval-file", str(t.dev),
-                                         "--output-dir", str(t.out), "--cache-dir", str(t.cache)]),
-    "bert-squad-test": lambda d, t: (cli.bert_squad_test, ["--model-file", str(d), "--eval-file", str(t.dev),
-                                                   "--num-test-samples", "1"]),
-    "answer": lambda d, t: (cli.main, ["answer", "--model-dir", str(d), "--question", "Who?",
-                                       "--context", "Ada wrote it."]),
+    "train": lambda d, t: (
+        cli.main,
+        [
+            "--model",
+            str(d),
+            "--train-file",
+            str(t.train),
+            "--output-dir",
+            str(t.out),
+            "--cache-dir",
+            str(t.cache),
+            "--max-steps",
+            "1",
+        ],
+    ),
+    "evaluate": lambda d, t: (
+        cli.main,
+        [
+            "evaluate",
+            "--model-dir",
+            str(d),
+            "--eval-file",
+            str(t.dev),
+            "--output-dir",
+            str(t.out),
+            "--cache-dir",
+            str(t.cache),
+        ],
+    ),
+    "bert-squad-test": lambda d, t: (
+        cli.bert_squad_test,
+        ["--model-file", str(d), "--eval-file", str(t.dev), "--num-test-samples", "1"],
+    ),
+    "answer": lambda d, t: (
+        cli.main,
+        ["answer", "--model-dir", str(d), "--question", "Who?", "--context", "Ada wrote it."],
+    ),
 }
 
 
@@ -56,8 +98,9 @@ class Paths:
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("broken", BROKEN)
-def test_a_broken_model_dir_is_one_line(broken, command, tiny_model, sample_train, sample_dev, tmp_path, capsys,
-                                        recwarn):
+def test_a_broken_model_dir_is_one_line(
+    broken, command, tiny_model, sample_train, sample_dev, tmp_path, capsys, recwarn
+):
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     breaks, message = BROKEN[broken]

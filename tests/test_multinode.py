@@ -10,9 +10,8 @@ import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from helpers import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
+from safetensors.torch import load_file
 from slurm_jobs import LAUNCHERS, finished, job_env, resuming_script, submit, wait_for_log, wait_for_requeue
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
@@ -37,14 +36,20 @@ def test_nodes_reach_each_other_only_on_the_bridge(multinode_cluster, tmp_path):
     """A process in node1's namespace connects to node2's address (the path gloo and Open MPI take)."""
     c = multinode_cluster
     n1, n2 = c.nodes[:2]
-    server = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-              f"s.bind(('{n2.addr}', 23456)); s.listen(); print('ready', flush=True); "
-              "conn, peer = s.accept(); print(peer[0], conn.recv(16).decode(), flush=True)")
+    server = (
+        "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('{n2.addr}', 23456)); s.listen(); print('ready', flush=True); "
+        "conn, peer = s.accept(); print(peer[0], conn.recv(16).decode(), flush=True)"
+    )
     with Started(c.netns_cmd(n2.name, sys.executable, "-c", server), tmp_path / "server") as srv:
         srv.wait_for("^ready$", timeout=60)
-        client = c.netns_run(n1.name, sys.executable, "-c",
-                             f"import socket; socket.create_connection(('{n2.name}', 23456), timeout=10).send(b'hello')",
-                             timeout=60)
+        client = c.netns_run(
+            n1.name,
+            sys.executable,
+            "-c",
+            f"import socket; socket.create_connection(('{n2.name}', 23456), timeout=10).send(b'hello')",
+            timeout=60,
+        )
         assert client.returncode == 0, client.stderr
         srv.wait_for(rf"(?m)^{re.escape(n1.addr)} hello$", timeout=60)
     # Each node sees its own interfaces only: eth0 with its address, and loopback.
@@ -53,7 +58,9 @@ def test_nodes_reach_each_other_only_on_the_bridge(multinode_cluster, tmp_path):
 
 
 def test_srun_hostname_runs_twice_on_each_node(multinode_cluster, tmp_path):
-    info, text = run_job(multinode_cluster, tmp_path, 'echo "batch on $(hostname) nodes $SLURM_JOB_NODELIST"\nsrun hostname')
+    info, text = run_job(
+        multinode_cluster, tmp_path, 'echo "batch on $(hostname) nodes $SLURM_JOB_NODELIST"\nsrun hostname'
+    )
     assert_ok(info, text)
     names = [n.name for n in multinode_cluster.nodes]
     assert f"batch on {names[0]} nodes node[1-{len(names)}]" in text, text
@@ -65,9 +72,11 @@ def test_srun_hostname_runs_twice_on_each_node(multinode_cluster, tmp_path):
 def test_mpirun_places_two_ranks_on_each_node(multinode_cluster, tmp_path):
     size = 2 * len(multinode_cluster.nodes)
     # One write per line: unbuffered print() writes piece by piece, and the ranks of a node share the file.
-    prog = ("import os, socket; e = os.environ; "
-            "os.write(1, ' '.join(['rank', e['OMPI_COMM_WORLD_RANK'], e['OMPI_COMM_WORLD_SIZE'], "
-            "e['OMPI_COMM_WORLD_LOCAL_RANK'], socket.gethostname()]).encode() + bytes([10]))")
+    prog = (
+        "import os, socket; e = os.environ; "
+        "os.write(1, ' '.join(['rank', e['OMPI_COMM_WORLD_RANK'], e['OMPI_COMM_WORLD_SIZE'], "
+        "e['OMPI_COMM_WORLD_LOCAL_RANK'], socket.gethostname()]).encode() + bytes([10]))"
+    )
     info, text = run_job(multinode_cluster, tmp_path, f'mpirun -np {size} python -c "{prog}"')
     assert_ok(info, text)
     ranks = [line.split()[1:] for line in text.splitlines() if line.startswith("rank ")]
@@ -131,15 +140,19 @@ def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path
     meet.mkdir()
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 120 meet {meet} 2\n")
-    submitted = [submit(c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=1"], script=script)
-                 for _ in range(2)]
+    submitted = [
+        submit(c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=1"], script=script)
+        for _ in range(2)
+    ]
     jobs = [job for job, _ in submitted]
     masters = set()
     for info, text in [finished(c, job, log, timeout=300) for job, log in submitted]:
         assert_ok(info, text)
         assert info["NodeList"] == "node[1-2]", info
         assert sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met ")) == [
-            ["met", "0", "4"], ["met", "1", "4"]], text
+            ["met", "0", "4"],
+            ["met", "1", "4"],
+        ], text
         masters |= {line.split()[-1] for line in text.splitlines() if line.startswith("sum ")}
     assert masters == {f"node1:{job_port(job)}" for job in jobs}, masters
 
@@ -150,12 +163,42 @@ def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, 
     run of all of a node's GPUs would): the two array tasks run at once, one on each node."""
     c = multinode_cluster
     runs = tmp_path / "runs"
-    train = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2", "--max-seq-length", "96",
-             "--doc-stride", "16", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval",
-             "--cache-dir", tmp_path / "cache"]
+    train = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-steps",
+        "2",
+        "--max-seq-length",
+        "96",
+        "--doc-stride",
+        "16",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+        "--no-eval",
+        "--cache-dir",
+        tmp_path / "cache",
+    ]
     env = {**c.env, **job_env(tmp_path, SBATCH_EXCLUSIVE="exclusive")}
-    proc = c.run(sys.executable, "-m", "bert_squad", "sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", runs,
-                 "--submit", "--", *map(str, train), env=env, cwd=ROOT, timeout=120)
+    proc = c.run(
+        sys.executable,
+        "-m",
+        "bert_squad",
+        "sweep",
+        "--site",
+        "generic",
+        "--seeds",
+        "1-2",
+        "--runs-dir",
+        runs,
+        "--submit",
+        "--",
+        *map(str, train),
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     array_job = re.search(r"Submitted batch job (\d+)", proc.stdout).group(1)
     nodes = []
@@ -182,8 +225,9 @@ def test_lost_node_ends_the_job(multinode_cluster, tmp_path, how):
     (tmp_path / "gloo.py").write_text(GLOO)
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun python {tmp_path}/gloo.py 15 loop\n")
-    job, log = submit(c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=2", "--no-requeue"],
-                      script=script)
+    job, log = submit(
+        c, tmp_path, [], job_env(tmp_path), ["--nodes=2", "--ntasks-per-node=2", "--no-requeue"], script=script
+    )
     try:
         wait_for_log(c, job, log, r"(?s)(looping.*){4}", timeout=300)
         assert c.kill_node(victim, cut_link=how == "power-loss")
@@ -204,28 +248,49 @@ def submit_training(c, tmp_path, launcher, args, requeue=False, nodes=None, **sc
     submits it to one node; with `requeue` the job requeues itself after a checkpointed stop and appends to
     its log."""
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_REQUEUE="1" if requeue else "0")
-    options = [f"--nodes={nodes or len(c.nodes)}", "--ntasks-per-node=2",
-               *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"])]
+    options = [
+        f"--nodes={nodes or len(c.nodes)}",
+        "--ntasks-per-node=2",
+        *(["--requeue", "--open-mode=append"] if requeue else ["--no-requeue"]),
+    ]
     return submit(c, tmp_path, args, env, options, **script)
 
 
 def assert_spans_nodes(text, size):
     """Each rank reports its local rank: 0, 1 on every node means the ranks are spread 2 per node."""
-    locals_ = dict(re.findall(r"rank (\d+)/%d pid \d+ local_rank (\d+)" % size, text))
+    locals_ = dict(re.findall(rf"rank (\d+)/{size} pid \d+ local_rank (\d+)", text))
     assert {int(r): int(lr) for r, lr in locals_.items()} == {r: r % 2 for r in range(size)}, text[-4000:]
 
 
 @pytest.mark.slow
 @LAUNCHERS
-def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, sample_train, sample_dev, tmp_path,
-                                                launcher):
+def test_generic_sbatch_trains_across_two_nodes(
+    multinode_cluster, tiny_model, sample_train, sample_dev, tmp_path, launcher
+):
     """The checked-in job script, 2 nodes x 2 ranks, training and evaluating the tiny model."""
     c = multinode_cluster
     size = 2 * len(c.nodes)
     out = tmp_path / "model"
-    args = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", sample_dev, "--max-steps", "4",
-            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", "configs/ds_fp32.json",
-            "--output-dir", out, "--cache-dir", tmp_path / "cache"]
+    args = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--max-steps",
+        "4",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+    ]
     job, log = submit_training(c, tmp_path, launcher, args)
     info, text = finished(c, job, log)
     assert_ok(info, text)
@@ -240,8 +305,21 @@ def test_generic_sbatch_trains_across_two_nodes(multinode_cluster, tiny_model, s
     assert len(digests) == size and len(set(digests)) == 1, digests
     # The job's evaluation ran on 4 ranks over 2 nodes; one process on the exported model predicts the same.
     single = tmp_path / "single"
-    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", sample_dev, "--output-dir", single,
-                       "--cache-dir", tmp_path / "cache", "--max-seq-length", "128", "--doc-stride", "48")
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        out,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        single,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert (single / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
 
@@ -254,14 +332,38 @@ def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_mod
     c = multinode_cluster
     size = 2 * len(c.nodes)
     out = tmp_path / "model"
-    args = " ".join(map(str, ["--model", tiny_model, "--train-file", sample_train, "--max-steps", "2",
-                              "--max-seq-length", "128", "--doc-stride", "48", "--no-eval",
-                              "--deepspeed_config", "configs/ds_fp32.json", "--output-dir", out,
-                              "--cache-dir", tmp_path / "cache"]))
+    args = " ".join(
+        map(
+            str,
+            [
+                "--model",
+                tiny_model,
+                "--train-file",
+                sample_train,
+                "--max-steps",
+                "2",
+                "--max-seq-length",
+                "128",
+                "--doc-stride",
+                "48",
+                "--no-eval",
+                "--deepspeed_config",
+                "configs/ds_fp32.json",
+                "--output-dir",
+                out,
+                "--cache-dir",
+                tmp_path / "cache",
+            ],
+        )
+    )
     launch = f"mpirun -np {size} --bind-to none" if launcher == "mpirun" else "srun"
-    info, text = run_job(c, tmp_path, f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n"
-                                      f"{launch} python -m bert_squad {args}", timeout=600,
-                         env=job_env(tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    info, text = run_job(
+        c,
+        tmp_path,
+        f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n{launch} python -m bert_squad {args}",
+        timeout=600,
+        env=job_env(tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1"),
+    )
     assert_ok(info, text)
     assert_spans_nodes(text, size)
     assert re.search(rf"rank 0/{size} .*launcher {launcher} master node1:\d+", text), text[-3000:]
@@ -269,9 +371,25 @@ def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_mod
 
 
 def long_training(tiny_model, sample_train, out, steps=100000, config="configs/ds_fp32.json"):
-    return ["--model", tiny_model, "--train-file", sample_train, "--max-steps", steps, "--log-every", "1",
-            "--max-seq-length", "128", "--doc-stride", "48", "--deepspeed_config", config, "--no-eval",
-            "--output-dir", out]
+    return [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-steps",
+        steps,
+        "--log-every",
+        "1",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+        "--deepspeed_config",
+        config,
+        "--no-eval",
+        "--output-dir",
+        out,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -299,8 +417,9 @@ def uninterrupted(multinode_cluster, tiny_model, sample_train, tmp_path_factory,
 
 @pytest.mark.slow
 @LAUNCHERS
-def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cluster, tiny_model, sample_train,
-                                                                    tmp_path, launcher, constant_lr, uninterrupted):
+def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(
+    multinode_cluster, tiny_model, sample_train, tmp_path, launcher, constant_lr, uninterrupted
+):
     """USR1 to the batch shell on node1 reaches the ranks on node2 through the launcher: all four stop at
     one step and save one checkpoint, the job exits 75 and requeues itself, and the requeued job resumes
     there and ends with the uninterrupted run's weights, bit for bit. The signal goes once step 3 is
@@ -309,9 +428,8 @@ def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cl
     c = multinode_cluster
     out = tmp_path / "model"
     args = long_training(tiny_model, sample_train, out, config=constant_lr)
-    args = [*args[:args.index("--max-steps")], *args[args.index("--max-steps") + 2:], "--resume", "auto"]
-    job, log = submit_training(c, tmp_path, launcher, args, requeue=True,
-                               script=resuming_script(tmp_path, out, 5))
+    args = [*args[: args.index("--max-steps")], *args[args.index("--max-steps") + 2 :], "--resume", "auto"]
+    job, log = submit_training(c, tmp_path, launcher, args, requeue=True, script=resuming_script(tmp_path, out, 5))
     try:
         wait_for_log(c, job, log, r"step 3/")
         c.run("scancel", "--batch", "--signal=USR1", job)
@@ -336,8 +454,9 @@ def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(multinode_cl
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher, config", [("mpirun", "ds_fp32"), ("srun", "zero2_bf16")])
-def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(multinode_cluster, tiny_model,
-                                                                       sample_train, tmp_path, launcher, config):
+def test_training_job_ends_when_a_node_is_lost_and_resumes_on_the_other(
+    multinode_cluster, tiny_model, sample_train, tmp_path, launcher, config
+):
     """Power loss of the last node mid-training (the job's process-group timeout is 600 s): Slurm ends
     the job as NODE_FAIL once the node misses SlurmdTimeout, whatever the launcher; no hang. The same
     command on the remaining node, 2 ranks instead of 4, resumes from the last checkpoint and finishes:

@@ -6,7 +6,6 @@ import re
 from importlib import metadata
 
 import pytest
-
 from helpers import ROOT
 
 pytestmark = pytest.mark.compat

@@ -46,13 +46,14 @@ def two_windows():
 
 def test_best_span_over_overlapping_windows_and_never_from_the_question():
     a, b = two_windows()
-    starts = [logits(a, {1: 50.0, token(0, 1): 2.0}),            # question token 1 is a decoy
-              logits(b, {2: 50.0, token(3, 7): 5.0})]
-    ends = [logits(a, {2: 50.0, token(0, 2): 2.0}),
-            logits(b, {3: 50.0, token(3, 8): 5.0})]
+    starts = [
+        logits(a, {1: 50.0, token(0, 1): 2.0}),  # question token 1 is a decoy
+        logits(b, {2: 50.0, token(3, 7): 5.0}),
+    ]
+    ends = [logits(a, {2: 50.0, token(0, 2): 2.0}), logits(b, {3: 50.0, token(3, 8): 5.0})]
     preds, nbest, null_odds = run([a, b], starts, ends)
     assert preds == {"q": "lazy dog."}
-    assert preds["q"] == CONTEXT[WORDS[7][0]:WORDS[8][1]]
+    assert preds["q"] == CONTEXT[WORDS[7][0] : WORDS[8][1]]
     assert null_odds is None
     top = nbest["q"][0]
     assert top["text"] == "lazy dog." and (top["start_logit"], top["end_logit"]) == (5.0, 5.0)
@@ -92,9 +93,9 @@ def test_v2_null_answer_and_threshold():
     assert null_odds == {"q": pytest.approx(2.0 - 3.0)}
     assert preds["q"] == "fox"
     assert {"text": "", "offsets": None, "start_logit": 1.0, "end_logit": 1.0} in [
-        {k: e[k] for k in ("text", "offsets", "start_logit", "end_logit")} for e in nbest["q"]]
-    assert run([a, b], starts, ends, version_2_with_negative=True,
-               null_score_diff_threshold=-1.5)[0]["q"] == ""
+        {k: e[k] for k in ("text", "offsets", "start_logit", "end_logit")} for e in nbest["q"]
+    ]
+    assert run([a, b], starts, ends, version_2_with_negative=True, null_score_diff_threshold=-1.5)[0]["q"] == ""
 
 
 def test_v2_null_answer_stays_in_a_full_nbest():
@@ -128,23 +129,31 @@ def test_logits_must_match_the_window():
 @given(st.data())
 def test_prediction_is_the_best_allowed_span(data):
     """With n_best_size covering every token, the choice equals a brute-force search."""
-    windows = [window(f, f + n, pad=data.draw(st.integers(0, 3)))
-               for f, n in data.draw(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 9)),
-                                              min_size=1, max_size=3))]
+    windows = [
+        window(f, f + n, pad=data.draw(st.integers(0, 3)))
+        for f, n in data.draw(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 9)), min_size=1, max_size=3))
+    ]
     values = st.integers(-4, 4).map(float)  # small integers: ties, and exact sums
     starts = [np.array(data.draw(st.lists(values, min_size=len(w), max_size=len(w)))) for w in windows]
     ends = [np.array(data.draw(st.lists(values, min_size=len(w), max_size=len(w)))) for w in windows]
     max_len = data.draw(st.integers(1, 4))
     preds, nbest, _ = run(windows, starts, ends, n_best_size=100, max_answer_length=max_len)
-    best = max((s[i] + e[j] for w, s, e in zip(windows, starts, ends)
-                for i in range(len(w)) for j in range(i, min(i + max_len, len(w)))
-                if w[i] is not None and w[j] is not None), default=None)
+    best = max(
+        (
+            s[i] + e[j]
+            for w, s, e in zip(windows, starts, ends)
+            for i in range(len(w))
+            for j in range(i, min(i + max_len, len(w)))
+            if w[i] is not None and w[j] is not None
+        ),
+        default=None,
+    )
     if best is None:
         assert preds["q"] == "" and nbest["q"] == []
         return
     assert nbest["q"][0]["start_logit"] + nbest["q"][0]["end_logit"] == best
     assert preds["q"] == nbest["q"][0]["text"]
-    spans = {CONTEXT[a[0]:b[1]] for w in windows for a in w for b in w if a and b and a[0] < b[1]}
+    spans = {CONTEXT[a[0] : b[1]] for w in windows for a in w for b in w if a and b and a[0] < b[1]}
     assert all(e["text"] in spans for e in nbest["q"])
     assert all(e["text"] == CONTEXT[slice(*e["offsets"])] for e in nbest["q"])
 
@@ -153,7 +162,7 @@ def test_offsets_mark_the_chosen_occurrence_of_a_repeated_text():
     """A viewer must highlight the "dog" the model picked, not the first one in the paragraph."""
     offsets = [None, None, [0, 3], [4, 9], [10, 13], None]  # [CLS] q [SEP] dog bites dog [SEP]
     marks = logits(offsets, {4: 9.0})
-    preds, nbest, _ = postprocess_predictions([{"id": "q", "context": "dog bites dog"}],
-                                              [{"example_id": "q", "offset_mapping": offsets}],
-                                              [marks], [marks])
+    preds, nbest, _ = postprocess_predictions(
+        [{"id": "q", "context": "dog bites dog"}], [{"example_id": "q", "offset_mapping": offsets}], [marks], [marks]
+    )
     assert preds["q"] == "dog" and nbest["q"][0]["offsets"] == [10, 13]

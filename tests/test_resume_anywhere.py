@@ -14,17 +14,24 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import (MPIRUN, PYTHON, ROOT, TINY_WINDOWS, assert_same_weights, free_port, run_bert_squad,
-                     tiny_run_args, zero_on_cpu)
+from helpers import (
+    MPIRUN,
+    PYTHON,
+    ROOT,
+    TINY_WINDOWS,
+    assert_same_weights,
+    free_port,
+    run_bert_squad,
+    tiny_run_args,
+    zero_on_cpu,
+)
 
 from bert_squad import checkpoint, dsconfig, resume
-
 from bert_squad.checkpoint import MARKER, Layout, checkpoint_root
 from bert_squad.errors import UserError
 
 TAP = ROOT / "tests" / "state_tap.py"
-ARGS = ["--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2",
-        "--resume", "auto"]
+ARGS = ["--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2", "--resume", "auto"]
 CONFIGS = ["ds_fp32", "ds_bf16", "zero2_bf16", "zero3_bf16"]
 CHAIN = [(2, 2), (1, 4), (2, 6)]  # (ranks, --max-steps) of three runs: 2 ranks -> 1 rank -> 2 ranks
 
@@ -39,8 +46,9 @@ def tapped(dumps, *args, ranks=1):
     one may be another test session's)."""
     cmd = [*(MPIRUN if ranks == 2 else ()), PYTHON, str(TAP), str(dumps), *map(str, args)]
     port = {"MASTER_PORT": str(free_port())} if ranks == 2 else {}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1", **port))
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1", **port)
+    )
 
 
 def train_args(model, train, out, config):
@@ -49,25 +57,34 @@ def train_args(model, train, out, config):
 
 # --- the world-size decision (pure) ---------------------------------------------------------------
 
-DS = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "train_batch_size": 16,
-      "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+DS = {
+    "train_micro_batch_size_per_gpu": 16,
+    "gradient_accumulation_steps": 1,
+    "train_batch_size": 16,
+    "bf16": {"enabled": True},
+    "zero_optimization": {"stage": 2},
+}
 
 
 def settings(world, ds=DS):
     """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world)."""
-    return dsconfig.settings({k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world,
-                             has_gpu=False)
+    return dsconfig.settings(
+        {k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world, has_gpu=False
+    )
 
 
-@pytest.mark.parametrize("layout, world, expected", [
-    (Layout(2, 32, 1, 2, "bf16", True), 2, (resume.AS_IS, 16, 1)),
-    (Layout(4, 64, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 2)),  # shrinking: accumulation
-    (Layout(1, 32, 2, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 1)),
-    (Layout(1, 16, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 8, 1)),  # growing past the batch: a smaller micro
-    (Layout(1, 48, 3, 2, "bf16", True), 4, (resume.UNIVERSAL, 12, 1)),
-    (Layout(4, 64, 1, None, None, False), 2, (resume.WHOLE, 16, 2)),  # an older marker: stage 0 by its files
-    (Layout(), 3, (resume.AS_IS, 16, 1)),  # a marker without a world size: as before
-])
+@pytest.mark.parametrize(
+    "layout, world, expected",
+    [
+        (Layout(2, 32, 1, 2, "bf16", True), 2, (resume.AS_IS, 16, 1)),
+        (Layout(4, 64, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 2)),  # shrinking: accumulation
+        (Layout(1, 32, 2, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 1)),
+        (Layout(1, 16, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 8, 1)),  # growing past the batch: a smaller micro
+        (Layout(1, 48, 3, 2, "bf16", True), 4, (resume.UNIVERSAL, 12, 1)),
+        (Layout(4, 64, 1, None, None, False), 2, (resume.WHOLE, 16, 2)),  # an older marker: stage 0 by its files
+        (Layout(), 3, (resume.AS_IS, 16, 1)),  # a marker without a world size: as before
+    ],
+)
 def test_the_decision_for_a_world_size(layout, world, expected, tmp_path):
     decision = resume.decide(checkpoint.Resumable(tmp_path, layout), settings(world))
     batch = decision.settings.batch
@@ -76,14 +93,30 @@ def test_the_decision_for_a_world_size(layout, world, expected, tmp_path):
         assert batch.size == layout.train_batch_size and batch.world_size == world
 
 
-@pytest.mark.parametrize("layout, world, ds, reason", [
-    (Layout(1, 32, 2, 2, "bf16", True), 3, DS, "written by 1 rank with a global batch of 32, which 3 ranks cannot "
-                                               "split evenly; resume on a number of ranks that divides 32"),
-    (Layout(2, 32, 1, 0, "fp32", False), 1, DS, "written with ZeRO stage 0 in fp32, this run's DeepSpeed config "
-                                                "has stage 2 in bf16"),
-    (Layout(2, 32, 1, 2, "bf16", True), 1, dict(DS, zero_optimization={"stage": 2, "offload_optimizer": {
-        "device": "nvme"}}), "no universal checkpoint with the optimizer offloaded to NVMe"),
-])
+@pytest.mark.parametrize(
+    "layout, world, ds, reason",
+    [
+        (
+            Layout(1, 32, 2, 2, "bf16", True),
+            3,
+            DS,
+            "written by 1 rank with a global batch of 32, which 3 ranks cannot "
+            "split evenly; resume on a number of ranks that divides 32",
+        ),
+        (
+            Layout(2, 32, 1, 0, "fp32", False),
+            1,
+            DS,
+            "written with ZeRO stage 0 in fp32, this run's DeepSpeed config has stage 2 in bf16",
+        ),
+        (
+            Layout(2, 32, 1, 2, "bf16", True),
+            1,
+            dict(DS, zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}),
+            "no universal checkpoint with the optimizer offloaded to NVMe",
+        ),
+    ],
+)
 def test_what_cannot_resume_is_refused_in_one_line(layout, world, ds, reason, tmp_path):
     with pytest.raises(UserError, match=f"^{tmp_path}: ") as err:
         resume.decide(checkpoint.Resumable(tmp_path, layout), settings(world, ds))
@@ -103,6 +136,7 @@ def test_the_config_for_a_conversion(tmp_path):
 
 # --- the file list in the marker ------------------------------------------------------------------
 
+
 def fake_checkpoint(path, step=2):
     path.mkdir(parents=True)
     (path / "mp_rank_00_model_states.pt").write_bytes(bytes(range(256)) * 64)
@@ -112,12 +146,17 @@ def fake_checkpoint(path, step=2):
     return path
 
 
-@pytest.mark.parametrize("harm, problem", [
-    (lambda f: os.truncate(f, 100), "mp_rank_00_model_states.pt is 100 bytes, the marker recorded 16384"),
-    (lambda f: f.unlink(), "mp_rank_00_model_states.pt is missing"),
-    (lambda f: f.write_bytes(bytes(range(255, -1, -1)) * 64), "mp_rank_00_model_states.pt differs from the "
-                                                               "marker's checksum"),
-])
+@pytest.mark.parametrize(
+    "harm, problem",
+    [
+        (lambda f: os.truncate(f, 100), "mp_rank_00_model_states.pt is 100 bytes, the marker recorded 16384"),
+        (lambda f: f.unlink(), "mp_rank_00_model_states.pt is missing"),
+        (
+            lambda f: f.write_bytes(bytes(range(255, -1, -1)) * 64),
+            "mp_rank_00_model_states.pt differs from the marker's checksum",
+        ),
+    ],
+)
 def test_damage_names_the_file(harm, problem, tmp_path):
     path = fake_checkpoint(tmp_path / "step00000002")
     assert checkpoint.describe_damage(path) is None
@@ -135,12 +174,16 @@ def test_resume_auto_passes_over_damaged_checkpoints(tmp_path):
     found = checkpoint.find("auto", tmp_path)
     assert found.path == root / "step00000002" and found.skipped == tuple(
         f"{root}/step0000000{step}: damaged checkpoint: hf/config.json is 3 bytes, the marker recorded 2; "
-        f"resuming from step00000002 instead" for step in (6, 4))
-    with pytest.raises(UserError, match="step00000004: damaged checkpoint: hf/config.json is 3 bytes"):
+        f"resuming from step00000002 instead"
+        for step in (6, 4)
+    )
+    with pytest.raises(UserError, match=r"step00000004: damaged checkpoint: hf/config\.json is 3 bytes"):
         checkpoint.find(str(root / "step00000004"), tmp_path)
     (root / "step00000002" / MARKER).write_text("{")
-    with pytest.raises(UserError, match=f"^{root}: every complete checkpoint is damaged \\(the newest, "
-                                        f"step00000006: hf/config.json is 3 bytes"):
+    with pytest.raises(
+        UserError,
+        match=f"^{root}: every complete checkpoint is damaged \\(the newest, step00000006: hf/config.json is 3 bytes",
+    ):
         checkpoint.find("auto", tmp_path)
 
 
@@ -160,6 +203,7 @@ def test_pruning_keeps_the_newest_intact_checkpoints(tmp_path):
 
 # --- 2 ranks -> 1 rank -> 2 ranks, each config --------------------------------------------------
 
+
 @pytest.fixture(scope="module", params=CONFIGS)
 def chain(request, tiny_model, sample_train, tmp_path_factory):
     """Three runs in one output dir, each resuming the last one's newest checkpoint: 2 ranks to step 2,
@@ -167,12 +211,16 @@ def chain(request, tiny_model, sample_train, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     config, out, logs = ds_config(request.param, tmp), tmp / "out", []
     for ranks, steps in CHAIN:
-        r = tapped(tmp / "dumps", *train_args(tiny_model, sample_train, out, config), "--max-steps", steps,
-                   ranks=ranks)
+        r = tapped(tmp / "dumps", *train_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
         assert r.returncode == 0, r.stderr[-3000:]
         logs.append(r.stdout)
-    return SimpleNamespace(name=request.param, out=out, dumps=tmp / "dumps", logs=logs,
-                           zero_stage=dsconfig.zero_stage(dsconfig.load(config)))
+    return SimpleNamespace(
+        name=request.param,
+        out=out,
+        dumps=tmp / "dumps",
+        logs=logs,
+        zero_stage=dsconfig.zero_stage(dsconfig.load(config)),
+    )
 
 
 def ranks(n):
@@ -199,10 +247,11 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
     before, after = saved["progress"], loaded["progress"]
     assert (after["step"], after["epoch"]) == (before["step"], before["epoch"])
     assert after["batch_in_epoch"] == before["batch_in_epoch"] // saved["accumulation"] * loaded["accumulation"]
-    how = ("universal checkpoint (converted in" if chain.zero_stage
-           else "optimizer state whole (ZeRO stage 0)")
-    line = f"resumed from {checkpoint_root(chain.out)}/step0000000{step} at step {step}, written by {ranks(old)}, " \
-           f"on {ranks(new)}: {how}"
+    how = "universal checkpoint (converted in" if chain.zero_stage else "optimizer state whole (ZeRO stage 0)"
+    line = (
+        f"resumed from {checkpoint_root(chain.out)}/step0000000{step} at step {step}, written by {ranks(old)}, "
+        f"on {ranks(new)}: {how}"
+    )
     assert line in chain.logs[run], chain.logs[run][-3000:]
 
 
@@ -217,11 +266,16 @@ def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_pa
         r = tapped(dumps, *train_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
         assert r.returncode == 0, r.stderr[-3000:]
         logs.append(r.stdout)
-    assert ("written by 1 rank, on 2 ranks: universal checkpoint (converted in" in logs[1] and
-            "micro batch 8 x accumulation 1 keeps the global batch of 16" in logs[1]), logs[1][-3000:]
+    assert (
+        "written by 1 rank, on 2 ranks: universal checkpoint (converted in" in logs[1]
+        and "micro batch 8 x accumulation 1 keeps the global batch of 16" in logs[1]
+    ), logs[1][-3000:]
     saved, loaded = (torch.load(dumps / f"{kind}-step2.pt") for kind in ("saved", "loaded"))
-    assert all(torch.equal(a, b) for name, tensors in saved["tensors"].items()
-               for a, b in zip(tensors, loaded["tensors"][name]))
+    assert all(
+        torch.equal(a, b)
+        for name, tensors in saved["tensors"].items()
+        for a, b in zip(tensors, loaded["tensors"][name])
+    )
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 16, 4)
     assert metrics["deepspeed_config"]["train_micro_batch_size_per_gpu"] == 8
@@ -255,11 +309,34 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
     assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
     if chain.name != "zero3_bf16":
         return
-    r = run_bert_squad("evaluate", "--model-dir", export, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
-                       "--cache-dir", tmp_path / "cache", *TINY_WINDOWS, timeout=300)
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        export,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        tmp_path / "eval",
+        "--cache-dir",
+        tmp_path / "cache",
+        *TINY_WINDOWS,
+        timeout=300,
+    )
     assert r.returncode == 0 and '"exact_match"' in r.stdout, r.stderr[-3000:]
-    answers = [run_bert_squad("answer", "--model-dir", d, "--question", "Where was Ada Novak born?", "--context",
-                              "Ada Novak was born in Lugano in 1834.", "--json", timeout=300) for d in (export, chain.out)]
+    answers = [
+        run_bert_squad(
+            "answer",
+            "--model-dir",
+            d,
+            "--question",
+            "Where was Ada Novak born?",
+            "--context",
+            "Ada Novak was born in Lugano in 1834.",
+            "--json",
+            timeout=300,
+        )
+        for d in (export, chain.out)
+    ]
     assert answers[0].returncode == 0 and answers[0].stdout == answers[1].stdout, answers[0].stderr[-3000:]
 
 
@@ -279,6 +356,7 @@ def test_a_conversion_is_reused_and_redone_when_damaged(chain):
 
 
 # --- damaged checkpoints ----------------------------------------------------------------------------
+
 
 def flip_a_byte(f):
     data = bytearray(f.read_bytes())
@@ -302,8 +380,13 @@ def two_checkpoints(tiny_model, sample_train, tmp_path_factory):
     r = run_bert_squad(*train_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.copytree(tmp / "out", tmp / "direct")
-    r = run_bert_squad(*train_args(tiny_model, sample_train, tmp / "direct", config), "--max-steps", 6,
-                       "--resume", checkpoint_root(tmp / "direct") / "step00000002")
+    r = run_bert_squad(
+        *train_args(tiny_model, sample_train, tmp / "direct", config),
+        "--max-steps",
+        6,
+        "--resume",
+        checkpoint_root(tmp / "direct") / "step00000002",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return SimpleNamespace(out=tmp / "out", direct=tmp / "direct", config=config)
 
@@ -325,19 +408,22 @@ def test_a_damaged_checkpoint_is_passed_over(damage, two_checkpoints, tiny_model
     r = run_bert_squad(*args, "--max-steps", 6)
     assert r.returncode == 0, r.stderr[-3000:]
     (line,) = [line for line in r.stdout.splitlines() if "damaged checkpoint:" in line]
-    assert line.startswith(f"{damaged}: damaged checkpoint: {name} ") and line.endswith("resuming from step00000002 "
-                                                                                           "instead"), line
+    assert line.startswith(f"{damaged}: damaged checkpoint: {name} ") and line.endswith(
+        "resuming from step00000002 instead"
+    ), line
     assert f"resumed from {checkpoint_root(out)}/step00000002 at step 2" in r.stdout
     assert_same_weights(out, two_checkpoints.direct)
 
 
 # --- bad input: one line, exit 2, nothing written --------------------------------------------------
 
+
 @pytest.mark.slow
 def test_export_of_what_is_not_a_checkpoint(tiny_model, tmp_path):
     r = run_bert_squad("export", "--checkpoint", tiny_model, "--output-dir", tmp_path / "export", timeout=120)
-    assert r.returncode == 2 and r.stderr.strip() == (f"bert-squad export: error: {tiny_model}: not a complete "
-                                                      f"checkpoint (no '{MARKER}' marker)")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"bert-squad export: error: {tiny_model}: not a complete checkpoint (no '{MARKER}' marker)"
+    )
     assert not (tmp_path / "export").exists()
 
 
@@ -349,12 +435,16 @@ def tiny_distilbert(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change, message", [
-    ("model", "a checkpoint of another model ("),
-    ("window", "written with --max-seq-length 128, this run has 96: its data position counts those windows"),
-])
-def test_a_checkpoint_of_another_model_or_window_is_refused(change, message, two_checkpoints, tiny_model,
-                                                             tiny_distilbert, sample_train, tmp_path):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("model", "a checkpoint of another model ("),
+        ("window", "written with --max-seq-length 128, this run has 96: its data position counts those windows"),
+    ],
+)
+def test_a_checkpoint_of_another_model_or_window_is_refused(
+    change, message, two_checkpoints, tiny_model, tiny_distilbert, sample_train, tmp_path
+):
     model = tiny_distilbert if change == "model" else tiny_model
     args = train_args(model, sample_train, tmp_path / "out", two_checkpoints.config)
     if change == "window":
@@ -376,11 +466,25 @@ def test_a_conversion_into_a_read_only_checkpoint_is_refused(two_checkpoints, ti
     config = json.loads(two_checkpoints.config.read_text())
     (tmp_path / "micro8.json").write_text(json.dumps(dict(config, train_micro_batch_size_per_gpu=8)))
     readonly = f'mount --bind "{source}" "{source}" && mount -o remount,ro,bind "{source}" && exec "$@"'
-    cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", readonly, "sh", PYTHON, "-m", "bert_squad",
-           *map(str, train_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
-           "--resume", str(source)]
-    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()))
+    cmd = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        readonly,
+        "sh",
+        PYTHON,
+        "-m",
+        "bert_squad",
+        *map(str, train_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
+        "--resume",
+        str(source),
+    ]
+    env = dict(
+        os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+    )
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     if "unshare failed" in r.stderr or "mount:" in r.stderr:
         pytest.skip(f"no mount namespace here: {r.stderr.strip()}")

@@ -10,16 +10,17 @@ import re
 import subprocess
 
 import pytest
-
-from bert_squad.errors import UserError
-from bert_squad import metrics, score
 from helpers import PYTHON, ROOT, XQUAD_LANGS, random_predictions, sample_path, shared_squad, shared_xquad
 from oracles import torchmetrics_v1, transformers_v2
 
+from bert_squad import metrics, score
+from bert_squad.errors import UserError
+
 
 def run_score(*args):
-    return subprocess.run([PYTHON, "-m", "bert_squad", "score", *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [PYTHON, "-m", "bert_squad", "score", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def write(path, obj):
@@ -48,8 +49,14 @@ def assert_v2_same_as_transformers(tmp_path, eval_file, na_thresh, seed):
     line, key order and every digit included."""
     squad = json.loads(eval_file.read_text())
     preds, na = random_predictions(squad, seed)
-    args = ["--eval-file", eval_file, "--predictions", write(tmp_path / "pred.json", preds),
-            "--na-probs", write(tmp_path / "na.json", na)]
+    args = [
+        "--eval-file",
+        eval_file,
+        "--predictions",
+        write(tmp_path / "pred.json", preds),
+        "--na-probs",
+        write(tmp_path / "na.json", na),
+    ]
     if na_thresh is not None:
         args += ["--na-prob-thresh", na_thresh]
     done = run_score(*args)
@@ -89,8 +96,21 @@ def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
     preds, _ = random_predictions(squad, seed=4)
     missing = preds.popitem()[0]
     pred_file = write(tmp_path / "pred.json", preds)
-    assert score.run(score.parse(["--eval-file", str(eval_file), "--predictions", str(pred_file),
-                                  "--out-file", str(tmp_path / "eval.json")])) == 0
+    assert (
+        score.run(
+            score.parse(
+                [
+                    "--eval-file",
+                    str(eval_file),
+                    "--predictions",
+                    str(pred_file),
+                    "--out-file",
+                    str(tmp_path / "eval.json"),
+                ]
+            )
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert f"Unanswered question {missing} will receive score 0." in err
     ours = json.loads(out.splitlines()[-1])
@@ -98,30 +118,64 @@ def test_v1_missing_prediction_scores_zero_with_a_message(tmp_path, capsys):
     assert ours == pytest.approx(torchmetrics_v1(squad["data"], preds), rel=1e-5)
 
 
-V2 = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Paris is big.", "qas": [
-    {"id": "a", "question": "?", "answers": [{"text": "Paris", "answer_start": 0}], "is_impossible": False},
-    {"id": "b", "question": "?", "answers": [], "is_impossible": True}]}]}]}
+V2 = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "T",
+            "paragraphs": [
+                {
+                    "context": "Paris is big.",
+                    "qas": [
+                        {
+                            "id": "a",
+                            "question": "?",
+                            "answers": [{"text": "Paris", "answer_start": 0}],
+                            "is_impossible": False,
+                        },
+                        {"id": "b", "question": "?", "answers": [], "is_impossible": True},
+                    ],
+                }
+            ],
+        }
+    ],
+}
 
 
-@pytest.mark.parametrize("eval_doc, preds, na, message", [
-    (None, {"a": "x"}, None, "eval.json: no such file"),
-    ("{not json", {"a": "x"}, None, "eval.json: malformed JSON"),
-    ({"version": "v2.0"}, {"a": "x"}, None, "eval.json: expected an object with a 'data' list"),
-    ({"data": [{"paragraphs": [{"context": "c"}]}]}, {}, None,
-     r"eval.json: data\[0\].paragraphs\[0\] has no 'qas'"),
-    ({"data": [{"paragraphs": [{"qas": [{"answers": []}]}]}]}, {}, None,
-     r"eval.json: data\[0\].paragraphs\[0\].qas\[0\] has no string 'id'"),
-    ({"data": [{"paragraphs": [{"qas": [{"id": "a"}]}]}]}, {}, None, "eval.json: question a .*'answers'"),
-    ({"data": []}, {}, None, "eval.json: no questions"),
-    ({"version": "1.1", "data": [{"paragraphs": [{"qas": [{"id": "a", "answers": []}]}]}]}, {"a": "x"}, None,
-     "eval.json: question a has no answers"),
-    (V2, ["a"], None, "pred.json: expected an object mapping question id to an answer string"),
-    (V2, {"a": "x", "b": 3}, None, "pred.json: question b: expected an answer string, got 3"),
-    (V2, {"a": "x"}, None, "pred.json: no prediction for 1 of 2 questions: b"),
-    (V2, {"a": "x", "b": ""}, {"a": "high"}, "na.json: question a: expected a number"),
-    (V2, {"a": "x", "b": ""}, {"a": 0.5}, "na.json: no no-answer probability for 1 of 2 questions: b"),
-    ({"version": "1.1", "data": V2["data"][:0]}, {}, {"a": 0.5}, "eval.json: --na-probs .* v2.0 data only"),
-])
+@pytest.mark.parametrize(
+    "eval_doc, preds, na, message",
+    [
+        (None, {"a": "x"}, None, "eval.json: no such file"),
+        ("{not json", {"a": "x"}, None, "eval.json: malformed JSON"),
+        ({"version": "v2.0"}, {"a": "x"}, None, "eval.json: expected an object with a 'data' list"),
+        (
+            {"data": [{"paragraphs": [{"context": "c"}]}]},
+            {},
+            None,
+            r"eval.json: data\[0\].paragraphs\[0\] has no 'qas'",
+        ),
+        (
+            {"data": [{"paragraphs": [{"qas": [{"answers": []}]}]}]},
+            {},
+            None,
+            r"eval.json: data\[0\].paragraphs\[0\].qas\[0\] has no string 'id'",
+        ),
+        ({"data": [{"paragraphs": [{"qas": [{"id": "a"}]}]}]}, {}, None, "eval.json: question a .*'answers'"),
+        ({"data": []}, {}, None, "eval.json: no questions"),
+        (
+            {"version": "1.1", "data": [{"paragraphs": [{"qas": [{"id": "a", "answers": []}]}]}]},
+            {"a": "x"},
+            None,
+            "eval.json: question a has no answers",
+        ),
+        (V2, ["a"], None, "pred.json: expected an object mapping question id to an answer string"),
+        (V2, {"a": "x", "b": 3}, None, "pred.json: question b: expected an answer string, got 3"),
+        (V2, {"a": "x"}, None, "pred.json: no prediction for 1 of 2 questions: b"),
+        (V2, {"a": "x", "b": ""}, {"a": "high"}, "na.json: question a: expected a number"),
+        (V2, {"a": "x", "b": ""}, {"a": 0.5}, "na.json: no no-answer probability for 1 of 2 questions: b"),
+        ({"version": "1.1", "data": V2["data"][:0]}, {}, {"a": 0.5}, "eval.json: --na-probs .* v2.0 data only"),
+    ],
+)
 def test_bad_input_names_the_file(tmp_path, eval_doc, preds, na, message):
     eval_file, pred_file, na_file = tmp_path / "eval.json", tmp_path / "pred.json", tmp_path / "na.json"
     if eval_doc is not None:
@@ -138,14 +192,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     missing = tmp_path / "none.json"
     done = run_score("--eval-file", write(tmp_path / "eval.json", V2), "--predictions", missing)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        f"bert-squad score: error: {missing}: no such file"]
+    assert done.stderr.strip().splitlines() == [f"bert-squad score: error: {missing}: no such file"]
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("target, reason", [(lambda d: d, "Is a directory"),
-                                            (lambda d: d / "no" / "eval.json", "No such file or directory")],
-                         ids=["directory", "no-parent"])
+@pytest.mark.parametrize(
+    "target, reason",
+    [(lambda d: d, "Is a directory"), (lambda d: d / "no" / "eval.json", "No such file or directory")],
+    ids=["directory", "no-parent"],
+)
 def test_an_out_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, target, reason):
     """Found by tests/test_cli_fuzz.py: `--out-file DIR` was an IsADirectoryError and left a temp file."""
     out_dir = tmp_path / "out"
@@ -156,14 +211,20 @@ def test_an_out_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_p
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"bert-squad score: error: {out}: cannot be written ({reason})"]
     assert list(out_dir.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == [
-        "eval.json", "out", "pred.json"]
+        "eval.json",
+        "out",
+        "pred.json",
+    ]
 
 
 # What each language's rules drop (tests/test_metrics.py works them out by hand): the answer dressed in it
 # must still be an exact match under that language's rules, and not under SQuAD's English ones.
 # Chinese: a space between adjacent CJK characters, which mixed segmentation splits anyway.
-DRESSING = {"de": lambda answer: f"Die {answer}«", "ar": lambda answer: f"ال{answer}؟",
-            "zh": lambda answer: re.sub("(?<=[\u4e00-\u9fa5])(?=[\u4e00-\u9fa5])", " ", answer) + "。"}
+DRESSING = {
+    "de": lambda answer: f"Die {answer}«",
+    "ar": lambda answer: f"ال{answer}؟",
+    "zh": lambda answer: re.sub("(?<=[\u4e00-\u9fa5])(?=[\u4e00-\u9fa5])", " ", answer) + "。",
+}
 
 
 @pytest.mark.parametrize("lang", XQUAD_LANGS)
@@ -175,11 +236,18 @@ def test_lang_scores_real_xquad_by_the_languages_rules(tmp_path, lang):
     squad = json.loads(eval_file.read_text())
     preds, _ = random_predictions(squad, seed=5)
     pred_file = write(tmp_path / "pred.json", preds)
-    assert scored_line("--eval-file", eval_file, "--predictions", pred_file, "--lang", lang) == \
-        metrics.score_v1(squad["data"], preds, lang)
-    dressed = {q["id"]: DRESSING[lang](q["answers"][0]["text"])
-               for article in squad["data"] for para in article["paragraphs"] for q in para["qas"]}
+    assert scored_line("--eval-file", eval_file, "--predictions", pred_file, "--lang", lang) == metrics.score_v1(
+        squad["data"], preds, lang
+    )
+    dressed = {
+        q["id"]: DRESSING[lang](q["answers"][0]["text"])
+        for article in squad["data"]
+        for para in article["paragraphs"]
+        for q in para["qas"]
+    }
     dressed_file = write(tmp_path / "dressed.json", dressed)
-    assert scored_line("--eval-file", eval_file, "--predictions", dressed_file, "--lang", lang) == \
-        {"exact_match": 100.0, "f1": 100.0}
+    assert scored_line("--eval-file", eval_file, "--predictions", dressed_file, "--lang", lang) == {
+        "exact_match": 100.0,
+        "f1": 100.0,
+    }
     assert scored_line("--eval-file", eval_file, "--predictions", dressed_file)["exact_match"] < 50.0

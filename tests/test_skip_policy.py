@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from helpers import PYTHON, ROOT
 
 
@@ -26,13 +25,29 @@ def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_gpu_skip_stays_a_skip
     """`cpu`+`mpi` tests used to be exempt by their marker; now only the hardware cause is."""
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not installed, so hiding it shows nothing (make test installs Open MPI)")
-    env = dict(os.environ, BERT_SQUAD_REQUIRE_ALL="1",
-               PATH=path_without({"mpirun", "mpiexec", "orterun", "oshrun"}, tmp_path / "bin"))
+    env = dict(
+        os.environ,
+        BERT_SQUAD_REQUIRE_ALL="1",
+        PATH=path_without({"mpirun", "mpiexec", "orterun", "oshrun"}, tmp_path / "bin"),
+    )
     done = subprocess.run(
-        [PYTHON, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider",
-         "tests/test_distributed.py::test_ranks_leave_the_process_group_together",
-         "tests/test_gpu.py::test_one_gpu_trains_evaluates_and_exports[ds_fp16]"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            PYTHON,
+            "-m",
+            "pytest",
+            "-q",
+            "-rfs",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_distributed.py::test_ranks_leave_the_process_group_together",
+            "tests/test_gpu.py::test_one_gpu_trains_evaluates_and_exports[ds_fp16]",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = done.stdout
     assert done.returncode == 1, out[-3000:]
     # Skipped in its set-up, the mpi test is reported as an error there: the run fails all the same.

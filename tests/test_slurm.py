@@ -11,10 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
-from slurm_jobs import (GENERIC, LAUNCHERS, TRAINING, finished, job_env, resuming_script, submit, wait_for_log,
-                        wait_for_requeue, warn_when_training)
+from slurm_jobs import (
+    GENERIC,
+    LAUNCHERS,
+    TRAINING,
+    finished,
+    job_env,
+    resuming_script,
+    submit,
+    wait_for_log,
+    wait_for_requeue,
+    warn_when_training,
+)
 from standin_runtime import RANK_ENV
 
 from bert_squad.distributed import job_port
@@ -25,8 +34,24 @@ SARUS_IMAGE = "load/library/bert-squad:cuda"
 
 
 def train_args(model, train_file, out, *more):
-    return ["--model", model, "--train-file", train_file, "--output-dir", out, "--max-steps", "4",
-            "--max-seq-length", "128", "--doc-stride", "32", "--deepspeed_config", "configs/ds_fp32.json", "--no-eval", *more]
+    return [
+        "--model",
+        model,
+        "--train-file",
+        train_file,
+        "--output-dir",
+        out,
+        "--max-steps",
+        "4",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "32",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+        "--no-eval",
+        *more,
+    ]
 
 
 def endless(args):
@@ -90,7 +115,7 @@ def _bind_sources(options, flag):
         found = []
         for opt in options:
             assert opt.startswith("--mount="), opt
-            fields = dict(kv.split("=", 1) for kv in opt[len("--mount="):].split(","))
+            fields = dict(kv.split("=", 1) for kv in opt[len("--mount=") :].split(","))
             assert fields["type"] == "bind" and set(fields) == {"type", "source", "destination"}, opt
             assert fields["source"] == fields["destination"] and os.path.isabs(fields["source"]), opt
             found.append(fields["source"])
@@ -105,8 +130,9 @@ def _bind_sources(options, flag):
     return found
 
 
-@pytest.mark.parametrize("runtime,launcher", [pytest.param("sarus", "mpirun", marks=pytest.mark.mpi),
-                                              ("singularity", "srun")])
+@pytest.mark.parametrize(
+    "runtime,launcher", [pytest.param("sarus", "mpirun", marks=pytest.mark.mpi), ("singularity", "srun")]
+)
 def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_train, tmp_path, runtime, launcher):
     """Sarus through slurm/generic.sbatch; Singularity through slurm/lumi.sbatch, its own runtime, launcher and
     runtime flags (the package's venv as a SquashFS at /user-software)."""
@@ -117,12 +143,21 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     sif.write_text("stand-in image")
     image = SARUS_IMAGE if runtime == "sarus" else str(sif)
     record_log = tmp_path / "runtime.jsonl"
-    env = job_env(scratch, BERT_SQUAD_RUNTIME=runtime, BERT_SQUAD_LAUNCHER=launcher, BERT_SQUAD_IMAGE=image,
-                  STANDIN_LOG=str(record_log), STANDIN_SARUS_IMAGE=SARUS_IMAGE)
+    env = job_env(
+        scratch,
+        BERT_SQUAD_RUNTIME=runtime,
+        BERT_SQUAD_LAUNCHER=launcher,
+        BERT_SQUAD_IMAGE=image,
+        STANDIN_LOG=str(record_log),
+        STANDIN_SARUS_IMAGE=SARUS_IMAGE,
+    )
     env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
     script, site_flags = GENERIC, []
     if runtime == "singularity":
-        script, site_flags = lumi_here(tmp_path), ["-B", f"{scratch}/bert-squad/bert-squad-env.sqsh:/user-software:image-src=/"]
+        script, site_flags = (
+            lumi_here(tmp_path),
+            ["-B", f"{scratch}/bert-squad/bert-squad-env.sqsh:/user-software:image-src=/"],
+        )
         del env["BERT_SQUAD_RUNTIME"], env["BERT_SQUAD_LAUNCHER"]
     job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env, script=script)
     info, text = finished(slurm_cluster, job, log)
@@ -139,9 +174,10 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
     for call in calls:
         assert call["sub"] == ("run" if runtime == "sarus" else "exec")
         assert call["image"] == image
-        assert call["options"][len(call["options"]) - len(site_flags):] == site_flags
-        sources = _bind_sources(call["options"][:len(call["options"]) - len(site_flags)],
-                                "--mount" if runtime == "sarus" else "-B")
+        assert call["options"][len(call["options"]) - len(site_flags) :] == site_flags
+        sources = _bind_sources(
+            call["options"][: len(call["options"]) - len(site_flags)], "--mount" if runtime == "sarus" else "-B"
+        )
         # The scratch (model, data, cache, output) and the checkout (configs/) are visible inside.
         assert str(scratch) in sources and str(ROOT) in sources, sources
         assert call["command"][:2] == ["bash", "-c"] and "python -m bert_squad" in call["command"][2]
@@ -156,7 +192,9 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
 
 
 def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
-    job, log = two_ranks(slurm_cluster, tmp_path, ["--model", "bert-base-uncased", "--max-steps", "1"], job_env(tmp_path))
+    job, log = two_ranks(
+        slurm_cluster, tmp_path, ["--model", "bert-base-uncased", "--max-steps", "1"], job_env(tmp_path)
+    )
     info, text = finished(slurm_cluster, job, log, timeout=120)
     assert info["ExitCode"] == "2:0", info
     assert "model 'bert-base-uncased' is not in the cache" in text and "--download-only" in text
@@ -187,9 +225,16 @@ def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, s
 def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train, tmp_path):
     """Interactive use: inside an allocation the script runs as a plain bash script (no #SBATCH)."""
     out = tmp_path / "model"
-    proc = slurm_cluster.run("salloc", "--ntasks-per-node=2", "bash", str(GENERIC),
-                             *train_args(tiny_model, sample_train, out),
-                             env={**slurm_cluster.env, **job_env(tmp_path)}, cwd=ROOT, timeout=900)
+    proc = slurm_cluster.run(
+        "salloc",
+        "--ntasks-per-node=2",
+        "bash",
+        str(GENERIC),
+        *train_args(tiny_model, sample_train, out),
+        env={**slurm_cluster.env, **job_env(tmp_path)},
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((out / "train_metrics.json").read_text())["world_size"] == 2
 
@@ -229,11 +274,16 @@ def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tin
     (slurm_jobs.resuming_script), however far the first run got."""
     out = tmp_path / "model"
     args = train_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "100")
-    args = args[:args.index("--max-steps")] + args[args.index("--max-steps") + 2:]
+    args = args[: args.index("--max-steps")] + args[args.index("--max-steps") + 2 :]
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
-    job, log = submit(slurm_cluster, tmp_path, args, env, script=resuming_script(tmp_path, out, 5),
-                      options=["--ntasks-per-node=1", "--time=15", "--signal=B:USR1@60", "--requeue",
-                               "--open-mode=append"])
+    job, log = submit(
+        slurm_cluster,
+        tmp_path,
+        args,
+        env,
+        script=resuming_script(tmp_path, out, 5),
+        options=["--ntasks-per-node=1", "--time=15", "--signal=B:USR1@60", "--requeue", "--open-mode=append"],
+    )
     try:
         wait_for_log(slurm_cluster, job, log, TRAINING)
         limit = minutes_run(slurm_cluster.job(job)) + 1
@@ -247,7 +297,8 @@ def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tin
     finally:
         slurm_cluster.run("scancel", job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "1", (
-        f"{info}\n{text[-3000:]}")
+        f"{info}\n{text[-3000:]}"
+    )
     assert re.search(rf"resumed from \S+/checkpoints/step0*{stopped_at} at step {stopped_at}\b", text), text[-3000:]
     assert (out / "model.safetensors").exists() and (out / "config.json").exists()
     metrics = json.loads((out / "train_metrics.json").read_text())

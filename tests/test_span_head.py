@@ -44,10 +44,39 @@ def test_two_ranks_then_one_and_the_export_of_any_checkpoint(config, eurobert, s
     beside the weights, the config naming it), and `export --checkpoint` of the step-4 checkpoint in one
     process is the second run's own export."""
     out, ds = tmp_path / "out", config_file(config, tmp_path)
-    common = [*map(str, ("--model", eurobert, "--train-file", sample_train, "--output-dir", out, "--cache-dir",
-                         tmp_path / "cache", "--deepspeed_config", ds, "--learning-rate", "1e-3")), *TINY_WINDOWS]
-    r = run_bert_squad(*common, "--max-steps", 2, "--checkpoint-every", 2, "--eval-file", sample_dev,
-                       "--eval-every", 1, "--keep-best", launcher=MPIRUN)
+    common = [
+        *map(
+            str,
+            (
+                "--model",
+                eurobert,
+                "--train-file",
+                sample_train,
+                "--output-dir",
+                out,
+                "--cache-dir",
+                tmp_path / "cache",
+                "--deepspeed_config",
+                ds,
+                "--learning-rate",
+                "1e-3",
+            ),
+        ),
+        *TINY_WINDOWS,
+    ]
+    r = run_bert_squad(
+        *common,
+        "--max-steps",
+        2,
+        "--checkpoint-every",
+        2,
+        "--eval-file",
+        sample_dev,
+        "--eval-every",
+        1,
+        "--keep-best",
+        launcher=MPIRUN,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("left out: lm_head (the head it was saved with, 1 tensor)") == 1, r.stdout[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
@@ -55,8 +84,16 @@ def test_two_ranks_then_one_and_the_export_of_any_checkpoint(config, eurobert, s
     best = next(e for e in metrics["evals"] if e["step"] == metrics["best_step"])
     assert metrics["best_metrics"]["f1"] == best["f1"] == max(e["f1"] for e in metrics["evals"])
     assert_span_head_export(out)
-    r = run_bert_squad(*common, "--max-steps", 4, "--checkpoint-every", 2, "--no-eval", "--resume",
-                       checkpoint_root(out) / "step00000002")
+    r = run_bert_squad(
+        *common,
+        "--max-steps",
+        4,
+        "--checkpoint-every",
+        2,
+        "--no-eval",
+        "--resume",
+        checkpoint_root(out) / "step00000002",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "written by 2 ranks, on 1 rank" in r.stdout, r.stdout[-3000:]
     export = tmp_path / "export"
@@ -81,13 +118,37 @@ def test_every_command_takes_what_it_saved(eurobert, sample_train, sample_dev, t
     """A span-head model trained on 2 ranks under ZeRO-3: `evaluate` on 2 ranks scores it as the run did,
     `predict` answers as `evaluate` does, `answer` and `bert-squad-test` answer from it."""
     out = tmp_path / "out"
-    r = run_bert_squad("--model", eurobert, "--train-file", sample_train, "--eval-file", sample_dev, "--output-dir",
-                       out, "--cache-dir", tmp_path / "cache", "--deepspeed_config", zero_on_cpu(tmp_path, 3),
-                       "--max-steps", 2, *TINY_WINDOWS, launcher=MPIRUN)
+    r = run_bert_squad(
+        "--model",
+        eurobert,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--deepspeed_config",
+        zero_on_cpu(tmp_path, 3),
+        "--max-steps",
+        2,
+        *TINY_WINDOWS,
+        launcher=MPIRUN,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     common = ["--cache-dir", tmp_path / "cache", *TINY_WINDOWS]
-    r = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval",
-                       *common, launcher=MPIRUN)
+    r = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        out,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        tmp_path / "eval",
+        *common,
+        launcher=MPIRUN,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     scored, during = json.loads(r.stdout.splitlines()[-1]), json.loads((out / "eval_metrics.json").read_text())
     assert (scored["exact_match"], scored["f1"]) == (during["exact_match"], during["f1"])
@@ -95,13 +156,15 @@ def test_every_command_takes_what_it_saved(eurobert, sample_train, sample_dev, t
     r = run_bert_squad("predict", "--model-dir", out, "--input", sample_dev, "--output-dir", tmp_path / "pred", *common)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "pred" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
-    r = run_bert_squad("answer", "--model-dir", out, "--question", QUESTION, "--context", CONTEXT, "--json",
-                       "--top-k", 3)
+    r = run_bert_squad(
+        "answer", "--model-dir", out, "--question", QUESTION, "--context", CONTEXT, "--json", "--top-k", 3
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     answers = json.loads(r.stdout.splitlines()[-1])["answers"]
-    assert len(answers) == 3 and all(CONTEXT[a["start"]:a["end"]] == a["text"] for a in answers)
-    r = run_bert_squad("test", "--model-file", out, "--eval-file", sample_dev, "--num-test-samples", 3, "--json",
-                       *TINY_WINDOWS)
+    assert len(answers) == 3 and all(CONTEXT[a["start"] : a["end"]] == a["text"] for a in answers)
+    r = run_bert_squad(
+        "test", "--model-file", out, "--eval-file", sample_dev, "--num-test-samples", 3, "--json", *TINY_WINDOWS
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     shown = json.loads(r.stdout.splitlines()[-1])
     predictions = json.loads((out / "predictions.json").read_text())

@@ -66,14 +66,16 @@ def layers():
 def upward_imports(found, layers):
     """(importer, imported) for each import of a module at or above the importer's own layer."""
     layer = {name: i for i, names in enumerate(layers) for name in names}
-    return [(m, t) for m, tree in found.items() for t in project_imports(tree, found)
-            if t != m and layer[t] >= layer[m]]
+    return [
+        (m, t) for m, tree in found.items() for t in project_imports(tree, found) if t != m and layer[t] >= layer[m]
+    ]
 
 
 def test_every_module_has_a_layer():
     layered = set().union(*layers())
-    assert set(modules()) == layered, (f"add to docs/design.md's layers: {set(modules()) - layered}, "
-                                       f"gone: {layered - set(modules())}")
+    assert set(modules()) == layered, (
+        f"add to docs/design.md's layers: {set(modules()) - layered}, gone: {layered - set(modules())}"
+    )
 
 
 def test_imports_only_go_down_a_layer():
@@ -102,8 +104,12 @@ def test_the_checker_sees_an_import_up_a_layer():
 
 
 def test_no_function_is_longer_than_a_screen():
-    long = [(path, f.name, f.end_lineno - f.lineno + 1) for path, tree in modules().items() for f in functions(tree)
-            if f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
+    long = [
+        (path, f.name, f.end_lineno - f.lineno + 1)
+        for path, tree in modules().items()
+        for f in functions(tree)
+        if f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES
+    ]
     assert not long, long
 
 

@@ -1,4 +1,5 @@
-"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, the sbatch command, and a real array job."""
+"""`bert-squad sweep` and `bert-squad summarize`: parsing, naming, skipping, the sbatch command, and a real array
+job."""
 
 import csv
 import json
@@ -8,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT
+from slurm_jobs import job_env, paused, stored_script, submitting_env
 
 from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
 from bert_squad.errors import UserError
-from helpers import ROOT
-from slurm_jobs import job_env, paused, stored_script, submitting_env
 
 
 def dry_run(capsys, *argv):
@@ -27,11 +28,15 @@ def test_seeds(text, seeds):
 
 
 def test_grid_maps_keys_to_training_flags():
-    grid = sweep.parse_grid(["learning_rate=3e-5,5e-5", "epochs=2,3", "config=configs/ds_bf16.json",
-                             "max-seq-length=128"])
+    grid = sweep.parse_grid(
+        ["learning_rate=3e-5,5e-5", "epochs=2,3", "config=configs/ds_bf16.json", "max-seq-length=128"]
+    )
     assert [(k, f, v) for k, f, v in grid] == [
-        ("learning_rate", "--learning-rate", ["3e-5", "5e-5"]), ("epochs", "--epochs", ["2", "3"]),
-        ("config", "--deepspeed-config", ["configs/ds_bf16.json"]), ("max_seq_length", "--max-seq-length", ["128"])]
+        ("learning_rate", "--learning-rate", ["3e-5", "5e-5"]),
+        ("epochs", "--epochs", ["2", "3"]),
+        ("config", "--deepspeed-config", ["configs/ds_bf16.json"]),
+        ("max_seq_length", "--max-seq-length", ["128"]),
+    ]
 
 
 def test_combinations_name_group_and_order():
@@ -64,58 +69,86 @@ TRAIN = ["--model", "m", "--train-file", "t.json", "--max-steps", "3"]
 def command(out):
     """(the sbatch command's words, its environment, every option the job gets) of a dry run's output."""
     words = shlex.split(out.strip().splitlines()[-1])
-    env = dict(w.split("=", 1) for w in words[:words.index("sbatch")])
+    env = dict(w.split("=", 1) for w in words[: words.index("sbatch")])
     asks = dict(re.findall(r"--([\w-]+)(?:=(\S*))?", re.search(r"^# asks for: (.*)$", out, re.M).group(1)))
-    return words[words.index("sbatch"):], env, asks
+    return words[words.index("sbatch") :], env, asks
 
 
 def test_dry_run_is_one_array_job(capsys, tmp_path):
-    argv, env, opts = command(dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--",
-                                      *TRAIN))
+    argv, env, opts = command(
+        dry_run(capsys, "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--", *TRAIN)
+    )
     assert opts["array"] == "0-1" and opts["ntasks-per-node"] == "1" and opts["job-name"] == "bert-squad-sweep-seeds"
     assert opts["output"] == f"{tmp_path}/seeds/slurm-%A_%a.out"
     # Every array task runs the sweep's own action (slurm/job.sh: BERT_SQUAD_SWEEP_DIR) on the training arguments.
     assert env == {"BERT_SQUAD_SWEEP_DIR": f"{tmp_path}/seeds"}
-    assert argv[-len(TRAIN) - 1:] == [str(ROOT / "slurm" / "generic.sbatch"), *TRAIN]
+    assert argv[-len(TRAIN) - 1 :] == [str(ROOT / "slurm" / "generic.sbatch"), *TRAIN]
     assert not (tmp_path / "seeds").exists()  # a dry run writes nothing
 
 
 def test_grid_gpus_and_parallel(capsys, tmp_path):
-    argv, env, opts = command(dry_run(capsys, "--site", "lumi", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
-                                      "--gpus-per-run", "2", "--max-parallel", "4", "--requeue", "--time", "2:00:00",
-                                      "--runs-dir", str(tmp_path), "--name", "lr"))
+    argv, env, opts = command(
+        dry_run(
+            capsys,
+            "--site",
+            "lumi",
+            "--seeds",
+            "1-3",
+            "--grid",
+            "learning_rate=3e-5,5e-5",
+            "--gpus-per-run",
+            "2",
+            "--max-parallel",
+            "4",
+            "--requeue",
+            "--time",
+            "2:00:00",
+            "--runs-dir",
+            str(tmp_path),
+            "--name",
+            "lr",
+        )
+    )
     assert opts["array"] == "0-5%4" and opts["ntasks-per-node"] == "2" and opts["gpus-per-node"] == "2"
     assert opts["time"] == "2:00:00" and "requeue" in opts and opts["partition"] == "small-g"
     assert env == {"BERT_SQUAD_REQUEUE": "1", "BERT_SQUAD_SWEEP_DIR": str(tmp_path / "lr")}
     # No training arguments: the site's defaults, less its own --output-dir/--resume.
     script = argv.index(str(ROOT / "slurm" / "lumi.sbatch"))
-    assert argv[script + 1:] == ["--deepspeed-config", "ds_bf16", "--epochs", "2", "--checkpoint-every", "500"]
+    assert argv[script + 1 :] == ["--deepspeed-config", "ds_bf16", "--epochs", "2", "--checkpoint-every", "500"]
 
 
 def test_a_sweep_task_runs_the_sweeps_action():
     """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR --` and the cache check proves DIR
     writable."""
     block = re.search(r"^RANK_COMMAND=\(\) .*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
-    proc = subprocess.run(["bash", "-c", f"{block}\necho \"${{RANK_COMMAND[*]}}|${{CHECK_ARGS[*]}}\""],
-                          capture_output=True, text=True, env={"BERT_SQUAD_SWEEP_DIR": "/s/lr"}, timeout=60)
+    proc = subprocess.run(
+        ["bash", "-c", f'{block}\necho "${{RANK_COMMAND[*]}}|${{CHECK_ARGS[*]}}"'],
+        capture_output=True,
+        text=True,
+        env={"BERT_SQUAD_SWEEP_DIR": "/s/lr"},
+        timeout=60,
+    )
     assert proc.stdout.strip() == "sweep run /s/lr --|--output-dir /s/lr", proc.stderr
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--seeds", "3-1"], "runs backwards"),
-    (["--seeds", "1,x"], "--seeds"),
-    (["--seeds", "1,1"], "listed twice"),
-    (["--seeds", "1", "--grid", "warp_speed=9"], "warp_speed is not a training option"),
-    (["--seeds", "1", "--grid", "learning_rate"], "key=value1,value2"),
-    (["--seeds", "1", "--grid", "epochs=two"], "'two' is not a valid --epochs value"),
-    (["--seeds", "1", "--grid", "seed=1,2"], "same for every run"),
-    (["--seeds", "1", "--grid", "model=a,b"], "same for every run"),
-    (["--seeds", "1", "--grid", "no_eval=1"], "takes a value"),
-    (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
-    (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
-    (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
-    (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride 32 must leave room"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--seeds", "3-1"], "runs backwards"),
+        (["--seeds", "1,x"], "--seeds"),
+        (["--seeds", "1,1"], "listed twice"),
+        (["--seeds", "1", "--grid", "warp_speed=9"], "warp_speed is not a training option"),
+        (["--seeds", "1", "--grid", "learning_rate"], "key=value1,value2"),
+        (["--seeds", "1", "--grid", "epochs=two"], "'two' is not a valid --epochs value"),
+        (["--seeds", "1", "--grid", "seed=1,2"], "same for every run"),
+        (["--seeds", "1", "--grid", "model=a,b"], "same for every run"),
+        (["--seeds", "1", "--grid", "no_eval=1"], "takes a value"),
+        (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
+        (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
+        (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
+        (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride 32 must leave room"),
+    ],
+)
 def test_bad_input_is_one_line_error(capsys, argv, message):
     assert cli.main(["sweep", "--site", "generic", *argv]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (DeepSpeed's import may log a line first)
@@ -135,8 +168,9 @@ def fake_sweep(tmp_path):
     combos = sweep.combinations(grid, [1, 2, 3])
     tmp_path.mkdir(exist_ok=True)
     train_args = sweep.common_args(launch.load_site("generic"), [])  # what a sweep without `--` records
-    (tmp_path / "sweep.json").write_text(json.dumps({"name": "lr", "site": "generic", "train_args": train_args,
-                                                    "combinations": combos}))
+    (tmp_path / "sweep.json").write_text(
+        json.dumps({"name": "lr", "site": "generic", "train_args": train_args, "combinations": combos})
+    )
     for combo, f1 in zip(combos[:2], (50.0, 60.0)):
         run = tmp_path / combo["name"]
         run.mkdir()
@@ -174,8 +208,20 @@ def test_submit_skips_finished_runs(slurm_cluster, tmp_path, monkeypatch, capsys
     combos = fake_sweep(tmp_path / "lr")
     submitting_env(monkeypatch, slurm_cluster, tmp_path)
     monkeypatch.chdir(ROOT)
-    argv = ["sweep", "--site", "generic", "--seeds", "1-3", "--grid", "learning_rate=3e-5,5e-5",
-            "--runs-dir", str(tmp_path), "--name", "lr", "--submit"]
+    argv = [
+        "sweep",
+        "--site",
+        "generic",
+        "--seeds",
+        "1-3",
+        "--grid",
+        "learning_rate=3e-5,5e-5",
+        "--runs-dir",
+        str(tmp_path),
+        "--name",
+        "lr",
+        "--submit",
+    ]
     with paused(slurm_cluster):
         assert cli.main(argv) == 0
         job = (tmp_path / "lr" / "job_id").read_text().strip()
@@ -198,7 +244,7 @@ def test_run_needs_a_combination(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="has 6"):
         sweep.run_task(sweep.parse_task([str(tmp_path), "--index", "6"]))
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1a")
-    with pytest.raises(UserError, match="^SLURM_ARRAY_TASK_ID=1a: not a whole number$"):
+    with pytest.raises(UserError, match=r"^SLURM_ARRAY_TASK_ID=1a: not a whole number$"):
         sweep.run_task(sweep.parse_task([str(tmp_path)]))
 
 
@@ -206,14 +252,28 @@ def test_run_needs_a_combination(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, sample_dev, tmp_path):
     runs = tmp_path / "runs"
-    train = ["--model", str(tiny_model), "--train-file", str(sample_train), "--eval-file", str(sample_dev),
-             "--max-steps", "3", "--max-seq-length", "96", "--doc-stride", "16",
-             "--deepspeed_config", "configs/ds_fp32.json"]
+    train = [
+        "--model",
+        str(tiny_model),
+        "--train-file",
+        str(sample_train),
+        "--eval-file",
+        str(sample_dev),
+        "--max-steps",
+        "3",
+        "--max-seq-length",
+        "96",
+        "--doc-stride",
+        "16",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+    ]
     env = {**slurm_cluster.env, **job_env(tmp_path), "COLUMNS": "200"}  # the rich table on one line per row
 
     def bert_squad(*args):
-        return subprocess.run([sys.executable, "-m", "bert_squad", *args], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "bert_squad", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+        )
 
     submit = ["sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", str(runs), "--submit", "--", *train]
     proc = bert_squad(*submit)
@@ -266,20 +326,39 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    argv = ["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--submit", "--",
-            "--model", "m", "--train-file", "bert_squad/sample/train-v1.1.json", "--deepspeed_config",
-            "configs/ds_fp32.json"]
+    argv = [
+        "sweep",
+        "--site",
+        "generic",
+        "--seeds",
+        "1",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--submit",
+        "--",
+        "--model",
+        "m",
+        "--train-file",
+        "bert_squad/sample/train-v1.1.json",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+    ]
     with paused(slurm_cluster):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == (f"bert-squad sweep: error: {elsewhere} has no bert_squad/ (the job runs the checkout it "
-                           f"is submitted from): submit from the repository root or set BERT_SQUAD_REPO to it")
+        assert err[-1] == (
+            f"bert-squad sweep: error: {elsewhere} has no bert_squad/ (the job runs the checkout it "
+            f"is submitted from): submit from the repository root or set BERT_SQUAD_REPO to it"
+        )
         assert not (tmp_path / "runs").exists()
 
         monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
         assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
-        assert capsys.readouterr().err.strip().endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the "
-                                                        f"job resolves it")
+        assert (
+            capsys.readouterr()
+            .err.strip()
+            .endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the job resolves it")
+        )
         assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
         assert "nowhere.json: no such file" in capsys.readouterr().err
         assert slurm_cluster.run("squeue", "-h").stdout == ""  # nothing reached sbatch so far

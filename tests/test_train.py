@@ -20,8 +20,22 @@ def losses(stdout):
 @pytest.fixture(scope="module")
 def trained(tiny_model, sample_train, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
-                       "--max-steps", 60, "--learning-rate", "3e-3", "--cache-dir", out.parent / "cache", *TINY_ARGS)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--no-eval",
+        "--output-dir",
+        out,
+        "--max-steps",
+        60,
+        "--learning-rate",
+        "3e-3",
+        "--cache-dir",
+        out.parent / "cache",
+        *TINY_ARGS,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return out, r
 
@@ -56,9 +70,25 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     """The engine of every shipped config steps a torch.optim optimizer, so no DeepSpeed op is compiled on the
     host; --no-export writes the metrics (each log line's window, what the engine built) and no model."""
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--no-export",
-                       "--output-dir", out, "--max-steps", 2, "--log-every", 1, "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", cpu_form(name, tmp_path), *TINY_WINDOWS)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--no-eval",
+        "--no-export",
+        "--output-dir",
+        out,
+        "--max-steps",
+        2,
+        "--log-every",
+        1,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--deepspeed_config",
+        cpu_form(name, tmp_path),
+        *TINY_WINDOWS,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
     engine = metrics["engine"]
@@ -80,8 +110,20 @@ def test_a_fraction_of_an_epoch_is_that_share_of_its_steps(tiny_model, sample_tr
     """--epochs without --max-steps, as `make demo` and every site script train: 2 % of an epoch of the
     sample is ceil(0.02 x its steps per epoch) optimizer steps."""
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--epochs", "0.02", "--no-eval",
-                       "--output-dir", out, "--cache-dir", tmp_path / "cache", *TINY_ARGS)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--epochs",
+        "0.02",
+        "--no-eval",
+        "--output-dir",
+        out,
+        "--cache-dir",
+        tmp_path / "cache",
+        *TINY_ARGS,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     total, per_epoch = steps_planned(r.stdout)
     assert per_epoch > 50 and total == math.ceil(0.02 * per_epoch), (total, per_epoch)
@@ -98,8 +140,20 @@ def test_resume_in_the_middle_of_an_epoch_ends_with_the_same_weights(tiny_model,
     doc = json.loads(sample_train.read_text())
     article = tmp_path / "article.json"
     article.write_text(json.dumps(dict(doc, data=doc["data"][:1])))
-    common = ["--model", tiny_model, "--train-file", article, "--epochs", "1.5", "--no-eval", "--learning-rate",
-              "1e-3", "--cache-dir", tmp_path / "cache", *TINY_ARGS]
+    common = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        article,
+        "--epochs",
+        "1.5",
+        "--no-eval",
+        "--learning-rate",
+        "1e-3",
+        "--cache-dir",
+        tmp_path / "cache",
+        *TINY_ARGS,
+    ]
     full = tmp_path / "full"
     r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 1, "--keep-checkpoints", 1000)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -118,9 +172,26 @@ def test_compile_trains_as_the_eager_model_does(tiny_model, sample_train, tmp_pa
     """--compile (torch.compile through engine.compile; inductor builds C++ kernels on the CPU) trains the
     same model: the losses of the compiled run are the eager run's within float tolerance, and its export
     loads with plain parameter names. Fixed-length batches, so it compiles once (about a minute here)."""
-    common = ["--model", tiny_model, "--train-file", sample_train, "--max-steps", 2, "--no-eval", "--log-every", 1,
-              "--pad-to-max-length", "--max-seq-length", 64, "--max-query-length", 16, "--doc-stride", 16,
-              "--cache-dir", tmp_path / "cache"]
+    common = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-steps",
+        2,
+        "--no-eval",
+        "--log-every",
+        1,
+        "--pad-to-max-length",
+        "--max-seq-length",
+        64,
+        "--max-query-length",
+        16,
+        "--doc-stride",
+        16,
+        "--cache-dir",
+        tmp_path / "cache",
+    ]
     runs = {}
     for name, extra in (("eager", []), ("compiled", ["--compile"])):
         r = run_bert_squad(*common, *extra, "--output-dir", tmp_path / name, timeout=900)
@@ -154,7 +225,7 @@ def test_export_loads_with_auto_classes_and_answers(trained):
         ours, theirs = qa.module(**enc), model(**enc)
     assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
     [best] = qa.answer(question, context)
-    assert best.text and context[best.start:best.end] == best.text and 0 < best.score <= 1
+    assert best.text and context[best.start : best.end] == best.text and 0 < best.score <= 1
     assert not qa.null_answer  # trained on SQuAD 1.1: recorded in the exported config
 
 
@@ -162,9 +233,25 @@ def test_export_loads_with_auto_classes_and_answers(trained):
 @pytest.mark.mpi
 def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
-                       "--max-steps", 10, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", zero_on_cpu(tmp_path, 2, bf16=True), *TINY_ARGS, launcher=MPIRUN)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--no-eval",
+        "--output-dir",
+        out,
+        "--max-steps",
+        10,
+        "--learning-rate",
+        "1e-3",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--deepspeed_config",
+        zero_on_cpu(tmp_path, 2, bf16=True),
+        *TINY_ARGS,
+        launcher=MPIRUN,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
@@ -179,12 +266,14 @@ def test_bad_config_fails_before_training(tiny_model, sample_train, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 16}))
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--output-dir", out,
-                       "--deepspeed_config", bad)
+    r = run_bert_squad(
+        "--model", tiny_model, "--train-file", sample_train, "--output-dir", out, "--deepspeed_config", bad
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
         f"bert-squad: error: {bad}: train_batch_size 24 != train_micro_batch_size_per_gpu 16 x "
-        f"gradient_accumulation_steps 1 x world size 1; remove train_batch_size to derive it")
+        f"gradient_accumulation_steps 1 x world size 1; remove train_batch_size to derive it"
+    )
     assert "Traceback" not in r.stderr and not out.exists()
 
 
@@ -200,13 +289,29 @@ def test_offline_run_from_cache_by_hub_names(tiny_model, sample_train, sample_de
     splits = {}
     for split, path in (("train", sample_train), ("validation", sample_dev)):
         rows = read_squad(path).records
-        splits[split] = datasets.Dataset.from_list([{k: r[k] for k in ("id", "title", "context", "question", "answers")}
-                                                    for r in rows])
+        splits[split] = datasets.Dataset.from_list(
+            [{k: r[k] for k in ("id", "title", "context", "question", "answers")} for r in rows]
+        )
     datasets.DatasetDict(splits).save_to_disk(str(cache / "datasets" / "squad"))
-    env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
-           "BERT_SQUAD_CACHE": str(cache)}
-    r = run_bert_squad("--model", "bert-base-uncased", "--dataset", "squad", "--no-eval",
-                       "--output-dir", tmp_path / "out", "--max-steps", 2, *TINY_ARGS, env=env)
+    env = {
+        "HF_HUB_OFFLINE": "0",
+        "HF_DATASETS_OFFLINE": "0",
+        "TRANSFORMERS_OFFLINE": "0",
+        "BERT_SQUAD_CACHE": str(cache),
+    }
+    r = run_bert_squad(
+        "--model",
+        "bert-base-uncased",
+        "--dataset",
+        "squad",
+        "--no-eval",
+        "--output-dir",
+        tmp_path / "out",
+        "--max-steps",
+        2,
+        *TINY_ARGS,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "squad[train]" in r.stdout
     r = run_bert_squad("--model", "bert-large-cased", "--output-dir", tmp_path / "out2", env=env)
@@ -215,16 +320,16 @@ def test_offline_run_from_cache_by_hub_names(tiny_model, sample_train, sample_de
 
 def test_download_only_without_network_is_one_clear_line(tmp_path):
     env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
-    r = run_bert_squad("--download-only", "--model", "bert-base-uncased", "--cache-dir", tmp_path, env=env,
-                       timeout=120)
+    r = run_bert_squad("--download-only", "--model", "bert-base-uncased", "--cache-dir", tmp_path, env=env, timeout=120)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("bert-squad: error: cannot reach the Hugging Face hub for model 'bert-base-uncased'")
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("warmup_args, warmup_steps", [([], 1), (["--warmup-ratio", "0.5"], 3)],
-                         ids=["default-warmup", "warmup-ratio-0.5"])
+@pytest.mark.parametrize(
+    "warmup_args, warmup_steps", [([], 1), (["--warmup-ratio", "0.5"], 3)], ids=["default-warmup", "warmup-ratio-0.5"]
+)
 def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_path, warmup_args, warmup_steps):
     """csv_monitor and tensorboard get the log lines' loss and throughput and DeepSpeed's
     learning rate, in the directory the config names (csv: none named, so the run's output dir). The rate
@@ -236,15 +341,33 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     from deepspeed.runtime.lr_schedules import WarmupDecayLR
 
     cfg = json.loads((ROOT / "configs" / "ds_fp32.json").read_text())
-    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
-                                            reason="tensorboard is in setup.cfg's test extra")
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator", reason="tensorboard is in setup.cfg's test extra"
+    )
     cfg["csv_monitor"] = {"enabled": True, "job_name": "tiny"}
     cfg["tensorboard"] = {"enabled": True, "output_path": str(tmp_path / "tb"), "job_name": "tiny"}
     (tmp_path / "monitored.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    r = run_bert_squad("--model", tiny_model, "--train-file", sample_train, "--no-eval", "--output-dir", out,
-                       "--max-steps", 6, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache",
-                       "--deepspeed_config", tmp_path / "monitored.json", *TINY_ARGS[:-1], "2", *warmup_args)
+    r = run_bert_squad(
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--no-eval",
+        "--output-dir",
+        out,
+        "--max-steps",
+        6,
+        "--learning-rate",
+        "1e-3",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--deepspeed_config",
+        tmp_path / "monitored.json",
+        *TINY_ARGS[:-1],
+        "2",
+        *warmup_args,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     scheduled = json.loads((out / "train_metrics.json").read_text())["deepspeed_config"]["scheduler"]["params"]
     assert (scheduled["warmup_num_steps"], scheduled["total_num_steps"]) == (warmup_steps, 6)
@@ -262,8 +385,14 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     assert all(v > 0 for _, v in series("samples_per_second")) and len(series("tokens_per_second")) == 3
     # The learning rate at every step is the schedule's: WarmupDecayLR with the "auto" values filled in.
     param = torch.nn.Parameter(torch.zeros(1))
-    schedule = WarmupDecayLR(torch.optim.SGD([param], lr=1e-3), total_num_steps=6, warmup_min_lr=0,
-                             warmup_max_lr=1e-3, warmup_num_steps=warmup_steps, warmup_type="linear")
+    schedule = WarmupDecayLR(
+        torch.optim.SGD([param], lr=1e-3),
+        total_num_steps=6,
+        warmup_min_lr=0,
+        warmup_max_lr=1e-3,
+        warmup_num_steps=warmup_steps,
+        warmup_type="linear",
+    )
     expected = []
     for _ in range(6):
         schedule.step()
@@ -272,8 +401,7 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     assert [v for _, v in series("lr")] == pytest.approx(expected, rel=1e-6)
     events = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "tiny"))
     events.Reload()
-    assert [e.value for e in events.Scalars("Train/Samples/train_loss")] == pytest.approx(
-        [v for _, v in losses_logged])
+    assert [e.value for e in events.Scalars("Train/Samples/train_loss")] == pytest.approx([v for _, v in losses_logged])
     assert len(events.Scalars("Train/Samples/lr")) == 6
 
 
@@ -292,9 +420,25 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     para = dev["data"][0]["paragraphs"][0]
     dev["data"][0]["paragraphs"] = [dict(para, qas=para["qas"][:2])]  # one eval batch (< 64 features), two ranks
     (tmp_path / "dev.json").write_text(json.dumps(dev))
-    common = ["--model", tiny_model, "--train-file", sample_train, "--eval-file", tmp_path / "dev.json",
-              "--max-steps", 4, "--learning-rate", "1e-3", "--cache-dir", tmp_path / "cache", "--dist-timeout", 60,
-              "--deepspeed_config", zero3, *TINY_ARGS]
+    common = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--eval-file",
+        tmp_path / "dev.json",
+        "--max-steps",
+        4,
+        "--learning-rate",
+        "1e-3",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--dist-timeout",
+        60,
+        "--deepspeed_config",
+        zero3,
+        *TINY_ARGS,
+    ]
     out = tmp_path / "out"
     r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -306,14 +450,25 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
             assert exported[name].shape == weight.shape and not exported[name].equal(weight), name
     assert exported["qa_outputs.weight"].shape == (2, 32)
     AutoModelForQuestionAnswering.from_pretrained(str(out))
-    again = run_bert_squad("evaluate", "--model-dir", out, "--eval-file", tmp_path / "dev.json",
-                           "--output-dir", tmp_path / "eval", "--cache-dir", tmp_path / "cache", *TINY_ARGS[:-2])
+    again = run_bert_squad(
+        "evaluate",
+        "--model-dir",
+        out,
+        "--eval-file",
+        tmp_path / "dev.json",
+        "--output-dir",
+        tmp_path / "eval",
+        "--cache-dir",
+        tmp_path / "cache",
+        *TINY_ARGS[:-2],
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert (tmp_path / "eval" / "predictions.json").read_text() == (out / "predictions.json").read_text()
 
     resumed = tmp_path / "resumed"
-    r = run_bert_squad(*common, "--output-dir", resumed, "--resume", out / "checkpoints" / "step00000002",
-                       launcher=MPIRUN)
+    r = run_bert_squad(
+        *common, "--output-dir", resumed, "--resume", out / "checkpoints" / "step00000002", launcher=MPIRUN
+    )
     assert r.returncode == 0 and "at step 2" in r.stdout, r.stderr[-3000:]
     weights = load_file(str(resumed / "model.safetensors"))
     assert weights.keys() == exported.keys() and all(weights[k].equal(exported[k]) for k in weights)

@@ -5,9 +5,9 @@ import os
 import re
 
 import pytest
+from helpers import ROOT
 
 from bert_squad import transport
-from helpers import ROOT
 
 LINES = ROOT / "tests" / "nccl_debug_lines.txt"
 
@@ -46,13 +46,20 @@ def test_reading_real_debug_lines(name):
     assert transport.parse(cases()[name]) == transport.Transport(**EXPECTED[name])
 
 
-@pytest.mark.parametrize("name,ofi,text", [
-    ("aws-ofi-nccl-1.6-cxi", True, "network AWS Libfabric (the libfabric plugin: aws-ofi-nccl 1.6.0, provider cxi)"),
-    ("lumi-aws-ofi-rccl", True, "network OFI (the libfabric plugin: aws-ofi-rccl 1.4.0, provider cxi)"),
-    ("sockets-nccl-2.19", False, "network Socket (TCP sockets on [0]ens7:10.128.0.31<0>)"),
-    ("cscs-alps-plugin-missing", False, "no network: NCCL did not find network 'AWS Libfabric' (NCCL_NET)"),
-    ("sockets-nccl-2.4", False, "an unknown network (no 'Using network' line in NCCL's debug output)"),
-])
+@pytest.mark.parametrize(
+    "name,ofi,text",
+    [
+        (
+            "aws-ofi-nccl-1.6-cxi",
+            True,
+            "network AWS Libfabric (the libfabric plugin: aws-ofi-nccl 1.6.0, provider cxi)",
+        ),
+        ("lumi-aws-ofi-rccl", True, "network OFI (the libfabric plugin: aws-ofi-rccl 1.4.0, provider cxi)"),
+        ("sockets-nccl-2.19", False, "network Socket (TCP sockets on [0]ens7:10.128.0.31<0>)"),
+        ("cscs-alps-plugin-missing", False, "no network: NCCL did not find network 'AWS Libfabric' (NCCL_NET)"),
+        ("sockets-nccl-2.4", False, "an unknown network (no 'Using network' line in NCCL's debug output)"),
+    ],
+)
 def test_what_the_log_says(name, ofi, text):
     found = transport.parse(cases()[name])
     assert found.ofi is ofi and found.describe() == text
@@ -67,15 +74,19 @@ def test_the_rank_asks_for_a_debug_file_of_its_own_unless_the_user_set_nccl_debu
     assert transport.ask(mine) is None and mine == {"NCCL_DEBUG": "WARN"}
 
 
-@pytest.mark.parametrize("name,site,warned", [("sockets-nccl-2.19", "ofi", True), ("aws-ofi-nccl-1.6-cxi", "ofi", False),
-                                              ("sockets-nccl-2.19", "", False)])
+@pytest.mark.parametrize(
+    "name,site,warned",
+    [("sockets-nccl-2.19", "ofi", True), ("aws-ofi-nccl-1.6-cxi", "ofi", False), ("sockets-nccl-2.19", "", False)],
+)
 def test_a_fall_back_to_sockets_on_an_ofi_site_is_a_warning(tmp_path, capsys, name, site, warned):
     log = tmp_path / "nccl.log"
     log.write_text("\n".join(cases()[name]) + "\n")
     transport.report(3, log, {transport.SITE_NETWORK_VAR: site})
     out, err = capsys.readouterr()
     assert out == f"rank 3: collectives over {transport.parse(cases()[name]).describe()}\n"
-    assert bool(re.match(r"rank 3: warning: this site's collectives should run over its libfabric plugin", err)) is warned
+    assert (
+        bool(re.match(r"rank 3: warning: this site's collectives should run over its libfabric plugin", err)) is warned
+    )
     assert not log.exists()  # read once, then removed
 
 
@@ -83,4 +94,7 @@ def test_the_job_script_says_which_network_the_site_configures():
     """A site script's network reaches the ranks under the name transport.py reads (slurm/job.sh exports it)."""
     for site in ("daint", "lumi"):
         assert f" {transport.SITE_NETWORK_VAR}=ofi" in (ROOT / "slurm" / f"{site}.sbatch").read_text()
-    assert f"export {transport.SITE_NETWORK_VAR}=${{{transport.SITE_NETWORK_VAR}:-}}" in (ROOT / "slurm" / "job.sh").read_text()
+    assert (
+        f"export {transport.SITE_NETWORK_VAR}=${{{transport.SITE_NETWORK_VAR}:-}}"
+        in (ROOT / "slurm" / "job.sh").read_text()
+    )

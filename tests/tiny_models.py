@@ -26,8 +26,17 @@ ModernBERT and EuroBERT have 8,192 positions, as their hub checkpoints; the othe
 import json
 from pathlib import Path
 
-FAMILIES = ("bert", "distilbert", "roberta", "electra", "deberta-v3", "modernbert", "xlm-roberta", "mdeberta-v3",
-            "eurobert")
+FAMILIES = (
+    "bert",
+    "distilbert",
+    "roberta",
+    "electra",
+    "deberta-v3",
+    "modernbert",
+    "xlm-roberta",
+    "mdeberta-v3",
+    "eurobert",
+)
 # A few sentences in the other languages MLQA scores, written for these tests, for the multilingual tokenizers.
 OTHER_LANGUAGES = [
     "Ada Novak wurde 1834 in Lugano geboren und studierte Physik an der Universität.",
@@ -55,6 +64,7 @@ def sample_texts():
 
 # --- tokenizers ---------------------------------------------------------------------------------
 
+
 def _wordpiece(texts):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -66,10 +76,9 @@ def _wordpiece(texts):
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-                     mask_token="[MASK]")
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
 
 
 def _byte_level_bpe(texts, specials, normalizer=None):
@@ -80,8 +89,12 @@ def _byte_level_bpe(texts, specials, normalizer=None):
         tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=VOCAB_SIZE, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return tok
 
 
@@ -90,10 +103,19 @@ def _roberta(texts):
 
     tok = _byte_level_bpe(texts, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     tok.post_processor = processors.RobertaProcessing(  # (sep, cls) positional: tokenizers 0.23 has no keywords
-        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False)
-    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>",
-                     cls_token="<s>", pad_token="<pad>", mask_token="<mask>",
-                     add_prefix_space=False, trim_offsets=True)
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
+    )
+    return tok, dict(
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="</s>",
+        cls_token="<s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        add_prefix_space=False,
+        trim_offsets=True,
+    )
 
 
 def _modernbert(texts):
@@ -105,12 +127,22 @@ def _modernbert(texts):
     # ByteLevel trims the leading space off each token's offsets (TemplateProcessing does not). After the
     # template it would lose the sequence ids; before it, as here, the first token of each overflow window
     # keeps its space (tokenizers 0.22/0.23), so code that labels spans must not rely on trimmed offsets.
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=True),
-        processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])])
-    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-                     mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=True),
+            processors.TemplateProcessing(
+                single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+            ),
+        ]
+    )
+    return tok, dict(
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 def _eurobert(texts: list) -> tuple:
@@ -119,24 +151,35 @@ def _eurobert(texts: list) -> tuple:
     begin, end, mask = "<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"
     tok = _byte_level_bpe(texts, [begin, end, mask])
     specials = [(begin, tok.token_to_id(begin)), (end, tok.token_to_id(end))]
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single=f"{begin} $A {end}", pair=f"{begin} $A {end} $B {end}",
-                                      special_tokens=specials)])
-    return tok, dict(bos_token=begin, eos_token=end, pad_token=end, mask_token=mask,
-                     model_input_names=["input_ids", "attention_mask"])
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{begin} $A {end}", pair=f"{begin} $A {end} $B {end}", special_tokens=specials
+            ),
+        ]
+    )
+    return tok, dict(
+        bos_token=begin,
+        eos_token=end,
+        pad_token=end,
+        mask_token=mask,
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 def _unigram(texts, specials, unk):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.Sequence([
-        normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]
+    )
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials,
-                                                           unk_token=unk))
+    tok.train_from_iterator(
+        texts, trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials, unk_token=unk)
+    )
     return tok
 
 
@@ -146,10 +189,17 @@ def _deberta_v3(texts):
     tok = _unigram(texts, ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"], "[UNK]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-                     mask_token="[MASK]", do_lower_case=False, split_by_punct=False)
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tok, dict(
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        do_lower_case=False,
+        split_by_punct=False,
+    )
 
 
 def _xlm_roberta(texts):
@@ -159,9 +209,17 @@ def _xlm_roberta(texts):
     tok = _unigram(texts, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<unk>")
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)])
-    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>", cls_token="<s>",
-                     pad_token="<pad>", mask_token="<mask>")
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
+    )
+    return tok, dict(
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="</s>",
+        cls_token="<s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
 
 
 # family -> (tokenizer builder, transformers tokenizer class, model config class, QA model class)
@@ -181,33 +239,63 @@ MULTILINGUAL = ("xlm-roberta", "mdeberta-v3", "eurobert")  # their tokenizers al
 
 
 def _config_kwargs(family, tokenizer):
-    ids = {name: tokenizer.convert_tokens_to_ids(getattr(tokenizer, name))
-           for name in ("pad_token", "cls_token", "sep_token", "bos_token", "eos_token", "mask_token")
-           if getattr(tokenizer, name) is not None}
+    ids = {
+        name: tokenizer.convert_tokens_to_ids(getattr(tokenizer, name))
+        for name in ("pad_token", "cls_token", "sep_token", "bos_token", "eos_token", "mask_token")
+        if getattr(tokenizer, name) is not None
+    }
     common = dict(vocab_size=len(tokenizer), pad_token_id=ids["pad_token"])
     if family == "distilbert":
-        return dict(common, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=HIDDEN * 2,
-                    max_position_embeddings=512)
-    bert_like = dict(common, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                     intermediate_size=HIDDEN * 2)
+        return dict(
+            common, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=HIDDEN * 2, max_position_embeddings=512
+        )
+    bert_like = dict(
+        common, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=HIDDEN * 2
+    )
     if family == "bert":
         return dict(bert_like, max_position_embeddings=512)
     if family == "electra":
         return dict(bert_like, embedding_size=HIDDEN, max_position_embeddings=512)
     if family in ("roberta", "xlm-roberta"):  # positions start after the padding index, as in roberta-base
-        return dict(bert_like, max_position_embeddings=514, type_vocab_size=1,
-                    bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
+        return dict(
+            bert_like,
+            max_position_embeddings=514,
+            type_vocab_size=1,
+            bos_token_id=ids["cls_token"],
+            eos_token_id=ids["sep_token"],
+        )
     if family in ("deberta-v3", "mdeberta-v3"):  # deberta-v3-base's attention settings, scaled down
-        return dict(bert_like, max_position_embeddings=512, relative_attention=True, position_buckets=256,
-                    norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
-                    position_biased_input=False, max_relative_positions=-1, type_vocab_size=0)
+        return dict(
+            bert_like,
+            max_position_embeddings=512,
+            relative_attention=True,
+            position_buckets=256,
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+            pos_att_type=["p2c", "c2p"],
+            position_biased_input=False,
+            max_relative_positions=-1,
+            type_vocab_size=0,
+        )
     if family == "eurobert":
-        return dict(bert_like, max_position_embeddings=8192, bos_token_id=ids["bos_token"],
-                    eos_token_id=ids["eos_token"], mask_token_id=ids["mask_token"])
+        return dict(
+            bert_like,
+            max_position_embeddings=8192,
+            bos_token_id=ids["bos_token"],
+            eos_token_id=ids["eos_token"],
+            mask_token_id=ids["mask_token"],
+        )
     if family == "modernbert":
-        return dict(bert_like, max_position_embeddings=8192, local_attention=64, global_attn_every_n_layers=2,
-                    cls_token_id=ids["cls_token"], sep_token_id=ids["sep_token"],
-                    bos_token_id=ids["cls_token"], eos_token_id=ids["sep_token"])
+        return dict(
+            bert_like,
+            max_position_embeddings=8192,
+            local_attention=64,
+            global_attn_every_n_layers=2,
+            cls_token_id=ids["cls_token"],
+            sep_token_id=ids["sep_token"],
+            bos_token_id=ids["cls_token"],
+            eos_token_id=ids["sep_token"],
+        )
     raise ValueError(family)
 
 
@@ -248,13 +336,18 @@ def break_tokenizer(model_dir, out_dir, how):
     shutil.copytree(model_dir, out_dir)
     spec = json.loads((out_dir / "tokenizer.json").read_text())
     if how == "empty vocabulary":
-        spec["model"]["vocab"] = {k: v for k, v in spec["model"]["vocab"].items()
-                                  if k in {t["content"] for t in spec["added_tokens"]}}
+        spec["model"]["vocab"] = {
+            k: v for k, v in spec["model"]["vocab"].items() if k in {t["content"] for t in spec["added_tokens"]}
+        }
         spec["model"]["merges"] = []
     elif how == "no second sequence":
         first = {"Sequence": {"id": "A", "type_id": 0}}
-        spec["post_processor"] = {"type": "TemplateProcessing", "single": [first], "pair": [first, first],
-                                  "special_tokens": {}}
+        spec["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [first],
+            "pair": [first, first],
+            "special_tokens": {},
+        }
     else:
         raise ValueError(how)
     (out_dir / "tokenizer.json").write_text(json.dumps(spec))

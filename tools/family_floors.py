@@ -22,15 +22,16 @@ from typing import Optional
 from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bert_squad.model import FAMILIES  # noqa: E402  (the checkout's, not an installed copy)
+from bert_squad.model import FAMILIES
 
 OLDEST = Version("2.0.0")  # the first release named transformers (before it: pytorch-transformers)
 
 
 def releases() -> list:
     """Every transformers release on the index from OLDEST on, oldest first."""
-    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, check=True
+    ).stdout
     listed = re.search(r"Available versions: (.*)", out).group(1).split(", ")
     return sorted(v for v in map(Version, listed) if not v.is_prerelease and v >= OLDEST)
 
@@ -39,8 +40,10 @@ def wheel(version: Version, wheels: Path) -> Path:
     """The wheel of `version` in `wheels`, downloaded there first where it is not."""
     found = sorted(wheels.glob(f"transformers-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"transformers=={version}",
-                        "-d", str(wheels)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"transformers=={version}", "-d", str(wheels)],
+            check=True,
+        )
         found = sorted(wheels.glob(f"transformers-{version}-*.whl"))
     return found[0]
 

@@ -11,16 +11,100 @@ import random
 import sys
 from pathlib import Path
 
-FIRST = ["Ada", "Boris", "Chen", "Dalia", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jonas", "Kiri", "Lena",
-         "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tomoko", "Ugo", "Vera", "Wen", "Yusuf"]
-LAST = ["Albrecht", "Borowski", "Castell", "Duarte", "Eriksen", "Fontaine", "Grillo", "Haddad", "Ivanova",
-        "Jansen", "Kowalczyk", "Lindqvist", "Moreau", "Novak", "Okafor", "Petrov", "Quint", "Rinaldi"]
-CITIES = ["Lugano", "Tampere", "Graz", "Bergen", "Coimbra", "Brno", "Ghent", "Aarhus", "Trieste", "Split",
-          "Kaunas", "Lyon", "Basel", "Uppsala", "Krakow", "Bologna", "Utrecht", "Malmo", "Porto", "Lille"]
-FIELDS = ["physics", "chemistry", "geology", "linguistics", "astronomy", "economics", "botany", "mathematics",
-          "architecture", "medicine", "philosophy", "music"]
-PRODUCTS = ["ceramic valves", "river barges", "weather balloons", "glass lenses", "wool blankets",
-            "bicycle frames", "printing presses", "solar kettles", "violin strings", "fishing nets"]
+FIRST = [
+    "Ada",
+    "Boris",
+    "Chen",
+    "Dalia",
+    "Emil",
+    "Farah",
+    "Goran",
+    "Hana",
+    "Ivo",
+    "Jonas",
+    "Kiri",
+    "Lena",
+    "Mateo",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Sven",
+    "Tomoko",
+    "Ugo",
+    "Vera",
+    "Wen",
+    "Yusuf",
+]
+LAST = [
+    "Albrecht",
+    "Borowski",
+    "Castell",
+    "Duarte",
+    "Eriksen",
+    "Fontaine",
+    "Grillo",
+    "Haddad",
+    "Ivanova",
+    "Jansen",
+    "Kowalczyk",
+    "Lindqvist",
+    "Moreau",
+    "Novak",
+    "Okafor",
+    "Petrov",
+    "Quint",
+    "Rinaldi",
+]
+CITIES = [
+    "Lugano",
+    "Tampere",
+    "Graz",
+    "Bergen",
+    "Coimbra",
+    "Brno",
+    "Ghent",
+    "Aarhus",
+    "Trieste",
+    "Split",
+    "Kaunas",
+    "Lyon",
+    "Basel",
+    "Uppsala",
+    "Krakow",
+    "Bologna",
+    "Utrecht",
+    "Malmo",
+    "Porto",
+    "Lille",
+]
+FIELDS = [
+    "physics",
+    "chemistry",
+    "geology",
+    "linguistics",
+    "astronomy",
+    "economics",
+    "botany",
+    "mathematics",
+    "architecture",
+    "medicine",
+    "philosophy",
+    "music",
+]
+PRODUCTS = [
+    "ceramic valves",
+    "river barges",
+    "weather balloons",
+    "glass lenses",
+    "wool blankets",
+    "bicycle frames",
+    "printing presses",
+    "solar kettles",
+    "violin strings",
+    "fishing nets",
+]
 COMPANY_SUFFIX = ["Works", "Instruments", "Foundry", "Laboratories", "Brothers", "Industries"]
 FILLER = [
     "The region was known for its long winters and busy harbours.",
@@ -35,8 +119,12 @@ def _person(rng):
     name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     born = rng.randint(1801, 1960)
     return {
-        "name": name, "city": rng.choice(CITIES), "born": str(born), "field": rng.choice(FIELDS),
-        "company": f"{name.split()[1]} {rng.choice(COMPANY_SUFFIX)}", "product": rng.choice(PRODUCTS),
+        "name": name,
+        "city": rng.choice(CITIES),
+        "born": str(born),
+        "field": rng.choice(FIELDS),
+        "company": f"{name.split()[1]} {rng.choice(COMPANY_SUFFIX)}",
+        "product": rng.choice(PRODUCTS),
         "founded": str(born + rng.randint(22, 45)),
     }
 
@@ -53,11 +141,17 @@ def _paragraph(rng, people, filler):
         pos += len(text) + 1
 
     for i, p in enumerate(people):
-        add(f"{p['name']} was born in {p['city']} in {p['born']}.",
-            [((i, "city"), p["city"]), ((i, "born"), p["born"])])
-        add(f"After school, {p['name'].split()[0]} studied {p['field']} at the university.", [((i, "field"), p["field"])])
-        add(f"In {p['founded']}, {p['name']} founded {p['company']}, which made {p['product']}.",
-            [((i, "founded"), p["founded"]), ((i, "company"), p["company"]), ((i, "product"), p["product"])])
+        add(
+            f"{p['name']} was born in {p['city']} in {p['born']}.", [((i, "city"), p["city"]), ((i, "born"), p["born"])]
+        )
+        add(
+            f"After school, {p['name'].split()[0]} studied {p['field']} at the university.",
+            [((i, "field"), p["field"])],
+        )
+        add(
+            f"In {p['founded']}, {p['name']} founded {p['company']}, which made {p['product']}.",
+            [((i, "founded"), p["founded"]), ((i, "company"), p["company"]), ((i, "product"), p["product"])],
+        )
         for _ in range(filler):
             add(rng.choice(FILLER))
     return " ".join(parts), spans
@@ -88,16 +182,27 @@ def generate(seed, n_articles, version_2=False):
                     continue
                 person = people[i]
                 question = rng.choice(QUESTIONS[key]).format(**person)
-                qas.append({"id": f"{seed}-{a}-{p}-{i}-{key}", "question": question,
-                            "answers": [{"text": person[key], "answer_start": start}]})
+                qas.append(
+                    {
+                        "id": f"{seed}-{a}-{p}-{i}-{key}",
+                        "question": question,
+                        "answers": [{"text": person[key], "answer_start": start}],
+                    }
+                )
                 if version_2:
                     qas[-1]["is_impossible"] = False
             if version_2:
                 for k in range(2):
                     stranger = _person(rng)
                     key = rng.choice(["city", "born", "field", "company"])
-                    qas.append({"id": f"{seed}-{a}-{p}-x{k}", "is_impossible": True, "answers": [],
-                                "question": rng.choice(QUESTIONS[key]).format(**stranger)})
+                    qas.append(
+                        {
+                            "id": f"{seed}-{a}-{p}-x{k}",
+                            "is_impossible": True,
+                            "answers": [],
+                            "question": rng.choice(QUESTIONS[key]).format(**stranger),
+                        }
+                    )
             paragraphs.append({"context": context, "qas": qas})
         articles.append({"title": f"Sample_{seed}_{a}", "paragraphs": paragraphs})
     return {"version": "v2.0" if version_2 else "1.1", "data": articles}

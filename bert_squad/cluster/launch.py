@@ -65,8 +65,10 @@ def repo_dir() -> Path:
     """The checkout the job runs (the submit directory, or $BERT_SQUAD_REPO): its slurm/ holds the scripts."""
     repo = Path(os.environ.get("BERT_SQUAD_REPO") or os.getcwd())
     if not (repo / "bert_squad" / "__init__.py").is_file():
-        raise UserError(f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
-                        f"the repository root or set BERT_SQUAD_REPO to it")
+        raise UserError(
+            f"{repo} has no bert_squad/ (the job runs the checkout it is submitted from): submit from "
+            f"the repository root or set BERT_SQUAD_REPO to it"
+        )
     return repo.resolve()
 
 
@@ -81,8 +83,13 @@ def load_site(name: str) -> Site:
     sbatch = {k: v or None for k, v in re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", text, re.M)}
     lines = re.search(r"^DEFAULT_ARGS=\((.*?)\)$", text, re.M | re.S)
     partial = re.search(r"^PARTIAL_NODE_PARTITION=([\w.-]+)[ \t]*(?:#.*)?$", text, re.M)
-    return Site(name, script, sbatch, shlex.split(lines.group(1), comments=True) if lines else [],
-                partial.group(1) if partial else None)
+    return Site(
+        name,
+        script,
+        sbatch,
+        shlex.split(lines.group(1), comments=True) if lines else [],
+        partial.group(1) if partial else None,
+    )
 
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
@@ -91,8 +98,11 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time", help="wall-clock limit in a Slurm format, e.g. 12:00:00 or 1-00:00:00")
     p.add_argument("--account", help="project to charge (sbatch --account)")
     p.add_argument("--partition", help="partition (default: the site script's)")
-    p.add_argument("--requeue", action="store_true",
-                   help="after a checkpointed stop (e.g. at the time limit) requeue the job to resume")
+    p.add_argument(
+        "--requeue",
+        action="store_true",
+        help="after a checkpointed stop (e.g. at the time limit) requeue the job to resume",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the sbatch command and its files (default)")
     mode.add_argument("--submit", action="store_true", help="run that sbatch command")
@@ -102,7 +112,8 @@ def build_parser() -> config.ArgumentParser:
     p = config.ArgumentParser(
         prog="bert-squad launch",
         description="Submit slurm/<site>.sbatch with sbatch (--submit), or print the sbatch command (--dry-run, "
-                    "the default). Training arguments after `--` replace the script's DEFAULT_ARGS.")
+        "the default). Training arguments after `--` replace the script's DEFAULT_ARGS.",
+    )
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
     add_job_options(p)
@@ -113,7 +124,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """Launch options before `--`, training arguments after it."""
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, []
 
 
@@ -144,8 +155,13 @@ def requested(spec: JobSpec, site: Site, extra: Optional[dict[str, Optional[str]
         opts["gpus-per-node"] = str(gpus)
     if site.gpus_per_node and gpus < site.gpus_per_node and site.partial_node_partition:
         opts["partition"] = site.partial_node_partition
-    opts.update({key: value for key, value in (("time", spec.time), ("account", spec.account),
-                                                ("partition", spec.partition)) if value})
+    opts.update(
+        {
+            key: value
+            for key, value in (("time", spec.time), ("account", spec.account), ("partition", spec.partition))
+            if value
+        }
+    )
     if spec.requeue:
         opts.update({"requeue": None, "open-mode": "append"})  # a requeued run appends to its log
     opts.update(extra or {})
@@ -165,18 +181,26 @@ class Submission:
         """The command as a shell line, with the files it uses and everything it asks for as comments."""
         words = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()] + [shlex.quote(w) for w in self.argv]
         asks = " ".join(f"--{k}" if v is None else f"--{k}={v}" for k, v in self.effective.items())
-        return (f"# files: {' '.join(map(str, self.files))}\n# asks for: {asks}\n" + " ".join(words) + "\n")
+        return f"# files: {' '.join(map(str, self.files))}\n# asks for: {asks}\n" + " ".join(words) + "\n"
 
 
-def sbatch_command(spec: JobSpec, train_args: list[str], extra: Optional[dict[str, Optional[str]]] = None,
-                   env: Optional[dict[str, str]] = None) -> Submission:
+def sbatch_command(
+    spec: JobSpec,
+    train_args: list[str],
+    extra: Optional[dict[str, Optional[str]]] = None,
+    env: Optional[dict[str, str]] = None,
+) -> Submission:
     """The Submission of site script `spec.site` with `spec`'s options and these training arguments (none: the
     script's DEFAULT_ARGS); `env` adds to the job's environment (a sweep's directory)."""
     site = load_site(spec.site)
     opts = requested(spec, site, extra)
     env = {**({"BERT_SQUAD_REQUEUE": "1"} if spec.requeue else {}), **(env or {})}
-    argv = ["sbatch", *(f"--{k}" if v is None else f"--{k}={v}" for k, v in opts.items()), str(site.script),
-            *train_args]
+    argv = [
+        "sbatch",
+        *(f"--{k}" if v is None else f"--{k}={v}" for k, v in opts.items()),
+        str(site.script),
+        *train_args,
+    ]
     used = re.findall(r"^[^#\n]*?\bslurm/([\w.-]+)", site.script.read_text(), re.M)
     files = [site.script, *dict.fromkeys(site.script.parent / name for name in used)]
     return Submission(env, argv, files, {**site.sbatch, **opts})
@@ -212,10 +236,16 @@ def check_container_inputs(submission: Submission, repo: Path) -> None:
     """Run the site script here, with the job's environment, up to the end of slurm/job.sh's `inputs` part
     (BERT_SQUAD_CHECK_ONLY): one definition of what the job needs, refused before sbatch with the line the job
     would print. `module` does nothing here: the site's modules are the compute nodes'."""
-    env = {**os.environ, **submission.env, "BERT_SQUAD_REPO": str(repo), "BERT_SQUAD_CHECK_ONLY": "1",
-           "BASH_FUNC_module%%": "() {  :\n}"}
-    proc = subprocess.run(["bash", str(submission.files[0])], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=repo)
+    env = {
+        **os.environ,
+        **submission.env,
+        "BERT_SQUAD_REPO": str(repo),
+        "BERT_SQUAD_CHECK_ONLY": "1",
+        "BASH_FUNC_module%%": "() {  :\n}",
+    }
+    proc = subprocess.run(
+        ["bash", str(submission.files[0])], capture_output=True, text=True, timeout=120, env=env, cwd=repo
+    )
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"the job script's input checks failed (exit {proc.returncode})"]
         raise UserError(lines[-1].replace("bert-squad: error: ", "", 1))
@@ -226,8 +256,9 @@ def submit(submission: Submission) -> Optional[str]:
     if not shutil.which("sbatch"):
         raise UserError("sbatch is not on PATH: submit from a Slurm login node, or use --dry-run")
     try:
-        proc = subprocess.run(submission.argv, text=True, capture_output=True, timeout=SLURM_TIMEOUT,
-                              env={**os.environ, **submission.env})
+        proc = subprocess.run(
+            submission.argv, text=True, capture_output=True, timeout=SLURM_TIMEOUT, env={**os.environ, **submission.env}
+        )
     except subprocess.TimeoutExpired:
         raise UserError(f"sbatch did not answer in {SLURM_TIMEOUT} s (is slurmctld reachable? scontrol ping)") from None
     if proc.returncode != 0:
@@ -242,8 +273,9 @@ def active_tasks(job_id: str) -> list[str]:
     if not shutil.which("squeue"):
         return []  # no Slurm here, so nothing of it can be queued; sbatch then says what is missing
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True,
-                              timeout=SLURM_TIMEOUT)
+        proc = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%i %T"], text=True, capture_output=True, timeout=SLURM_TIMEOUT
+        )
     except subprocess.TimeoutExpired:
         raise UserError(f"squeue did not answer in {SLURM_TIMEOUT} s (is slurmctld reachable? scontrol ping)") from None
     return proc.stdout.splitlines() if proc.returncode == 0 else []

@@ -17,8 +17,8 @@ from rich.table import Table
 
 from bert_squad import config, outputs
 from bert_squad.errors import UserError
-from bert_squad.preemption import EXIT_STOPPED
 from bert_squad.files import PathLike, read_json, write_text_atomic
+from bert_squad.preemption import EXIT_STOPPED
 
 MANIFEST = "sweep.json"
 EXIT_CODE_FILE = "exit_code"  # written by the array task after the training returns
@@ -66,22 +66,44 @@ def collect(sweep_dir: PathLike) -> tuple[Any, list[dict[str, Any]], list[tuple[
     rows = []
     for group, runs in groups.items():
         row: dict[str, Any] = {
-            "combination": group, "seeds": " ".join(str(s) for s, _ in sorted(runs, key=lambda r: r[0])),
-            "finished": len(runs), "runs": sum(1 for c in manifest["combinations"] if c["group"] == group)}
+            "combination": group,
+            "seeds": " ".join(str(s) for s, _ in sorted(runs, key=lambda r: r[0])),
+            "finished": len(runs),
+            "runs": sum(1 for c in manifest["combinations"] if c["group"] == group),
+        }
         for key in ("em", "f1"):
             values = [v for v in (_score(m, key) for _, m in runs) if v is not None]
-            row.update({f"{key}_mean": statistics.fmean(values) if values else None,
-                        f"{key}_std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
-                        f"{key}_min": min(values, default=None), f"{key}_max": max(values, default=None)})
-        row["samples_per_second"] = (statistics.fmean(m["run_samples_per_second"] for _, m in runs) if runs else None)
+            row.update(
+                {
+                    f"{key}_mean": statistics.fmean(values) if values else None,
+                    f"{key}_std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
+                    f"{key}_min": min(values, default=None),
+                    f"{key}_max": max(values, default=None),
+                }
+            )
+        row["samples_per_second"] = statistics.fmean(m["run_samples_per_second"] for _, m in runs) if runs else None
         row["wall_time_s"] = statistics.fmean(m["wall_time_s"] for _, m in runs) if runs else None
         row["f1_values"] = [v for v in (_score(m, "f1") for _, m in runs) if v is not None]
         rows.append(row)
     return manifest, rows, problems
 
 
-COLUMNS = ["combination", "seeds", "finished", "runs", "em_mean", "em_std", "em_min", "em_max",
-           "f1_mean", "f1_std", "f1_min", "f1_max", "samples_per_second", "wall_time_s"]
+COLUMNS = [
+    "combination",
+    "seeds",
+    "finished",
+    "runs",
+    "em_mean",
+    "em_std",
+    "em_min",
+    "em_max",
+    "f1_mean",
+    "f1_std",
+    "f1_min",
+    "f1_max",
+    "samples_per_second",
+    "wall_time_s",
+]
 
 
 def fmt(value: Any) -> str:
@@ -101,7 +123,9 @@ def to_markdown(rows: list[dict[str, Any]], problems: list[tuple[str, int, str]]
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(fmt(r[k]) for k in COLUMNS) + " |" for r in rows]
     if problems:
-        lines += ["", "Runs without results:", ""] + [f"- {name} (seed {seed}): {status}" for name, seed, status in problems]
+        lines += ["", "Runs without results:", ""] + [
+            f"- {name} (seed {seed}): {status}" for name, seed, status in problems
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -142,22 +166,40 @@ def run(sweep_dir: Path) -> int:
         plot(rows, sweep_dir / "f1_by_combination.png")
         written.append(sweep_dir / "f1_by_combination.png")
     except ImportError:
-        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)",
-              file=sys.stderr)
+        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)", file=sys.stderr)
 
     table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
-    for col in ("combination", "seeds", "done", "EM mean ± std", "EM min–max", "F1 mean ± std", "F1 min–max",
-                "samples/s", "wall s"):
+    for col in (
+        "combination",
+        "seeds",
+        "done",
+        "EM mean ± std",
+        "EM min–max",
+        "F1 mean ± std",
+        "F1 min–max",
+        "samples/s",
+        "wall s",
+    ):
         table.add_column(col, justify="left" if col in ("combination", "seeds") else "right")
-    def pair(a: Optional[float], b: Optional[float], sep: str) -> str:  # "-" for runs without the value (not finished, or trained with --no-eval)
+
+    def pair(
+        a: Optional[float], b: Optional[float], sep: str
+    ) -> str:  # "-" for runs without the value (not finished, or trained with --no-eval)
         return "-" if a is None else f"{a:.2f}{sep}{b:.2f}"
 
     for r in rows:
         speed, wall = r["samples_per_second"], r["wall_time_s"]
-        table.add_row(r["combination"], r["seeds"] or "-", f"{r['finished']}/{r['runs']}",
-                      pair(r["em_mean"], r["em_std"], " ± "), pair(r["em_min"], r["em_max"], "–"),
-                      pair(r["f1_mean"], r["f1_std"], " ± "), pair(r["f1_min"], r["f1_max"], "–"),
-                      "-" if speed is None else f"{speed:.1f}", "-" if wall is None else f"{wall:.0f}")
+        table.add_row(
+            r["combination"],
+            r["seeds"] or "-",
+            f"{r['finished']}/{r['runs']}",
+            pair(r["em_mean"], r["em_std"], " ± "),
+            pair(r["em_min"], r["em_max"], "–"),
+            pair(r["f1_mean"], r["f1_std"], " ± "),
+            pair(r["f1_min"], r["f1_max"], "–"),
+            "-" if speed is None else f"{speed:.1f}",
+            "-" if wall is None else f"{wall:.0f}",
+        )
     console = Console()
     console.print(table)
     for name, seed, status in problems:

@@ -61,8 +61,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, str, list[str]]]:
             raise UserError(f"--grid {item!r}: use key=value1,value2 (e.g. learning_rate=3e-5,5e-5)")
         option = options.get(grid_flag(key))
         if option is None or option.type is bool:
-            raise UserError(f"--grid {item!r}: {key} is not a training option that takes a value "
-                            f"(see python -m bert_squad --help)")
+            raise UserError(
+                f"--grid {item!r}: {key} is not a training option that takes a value (see python -m bert_squad --help)"
+            )
         if option.sweep != "grid":
             raise UserError(f"--grid {item!r}: {key} is the same for every run of a sweep (give it after --)")
         if any(k == key for k, _, _ in grid):
@@ -92,18 +93,21 @@ def combinations(grid: list[tuple[str, str, list[str]]], seeds: list[int]) -> li
     for point in itertools.product(*[[(key, flag, v) for v in values] for key, flag, values in grid]):
         group = ",".join(f"{key}={_safe(v)}" for key, _, v in point) or "default"
         for seed in seeds:
-            combos.append({
-                "index": len(combos),
-                "name": "_".join([f"{key}={_safe(v)}" for key, _, v in point] + [f"seed={seed}"]),
-                "group": group,
-                "seed": seed,
-                "params": {key: v for key, _, v in point},
-                "args": [word for _, flag, v in point for word in (flag, v)],
-            })
+            combos.append(
+                {
+                    "index": len(combos),
+                    "name": "_".join([f"{key}={_safe(v)}" for key, _, v in point] + [f"seed={seed}"]),
+                    "group": group,
+                    "seed": seed,
+                    "params": {key: v for key, _, v in point},
+                    "args": [word for _, flag, v in point for word in (flag, v)],
+                }
+            )
     names = [c["name"] for c in combos]
     if len(set(names)) != len(names):
-        raise UserError("two grid values give the same run directory name: "
-                        f"{sorted({n for n in names if names.count(n) > 1})[0]}")
+        raise UserError(
+            f"two grid values give the same run directory name: {sorted({n for n in names if names.count(n) > 1})[0]}"
+        )
     return combos
 
 
@@ -139,13 +143,24 @@ def build_parser() -> config.ArgumentParser:
     p = config.ArgumentParser(
         prog="bert-squad sweep",
         description="Seeds x hyperparameter grid as one Slurm job array: task i trains combination i into "
-                    "<runs-dir>/<name>/<combination>/. Training arguments after `--` are common to all runs. "
-                    "Submitting again skips runs with final metrics and resumes the others.")
+        "<runs-dir>/<name>/<combination>/. Training arguments after `--` are common to all runs. "
+        "Submitting again skips runs with final metrics and resumes the others.",
+    )
     p.add_argument("--seeds", required=True, help="e.g. 1-10, 1,3,5 or 1-3,7")
-    p.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
-                   help="training options to vary, e.g. learning_rate=3e-5,5e-5 epochs=2,3")
-    p.add_argument("--gpus-per-run", dest="gpus_per_node", type=int, default=None,
-                   help="ranks (and GPUs) per run, on one node (default: the site's GPUs per node)")
+    p.add_argument(
+        "--grid",
+        nargs="+",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="training options to vary, e.g. learning_rate=3e-5,5e-5 epochs=2,3",
+    )
+    p.add_argument(
+        "--gpus-per-run",
+        dest="gpus_per_node",
+        type=int,
+        default=None,
+        help="ranks (and GPUs) per run, on one node (default: the site's GPUs per node)",
+    )
     p.add_argument("--max-parallel", type=int, default=None, help="runs at once (default: all)")
     p.add_argument("--name", help="sweep name (default: from the grid)")
     p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
@@ -194,22 +209,27 @@ def submit(sweep: Sweep) -> int:
     if old.exists():
         previous = load_manifest(sweep_dir)
         if (previous["train_args"], previous["combinations"]) != (manifest["train_args"], manifest["combinations"]):
-            raise UserError(f"{old}: a different sweep (other grid, seeds or training arguments) lives here; "
-                            f"choose another --name")
+            raise UserError(
+                f"{old}: a different sweep (other grid, seeds or training arguments) lives here; choose another --name"
+            )
     todo = [c["index"] for c in manifest["combinations"] if not outputs.finished(sweep_dir / c["name"])]
     total = len(manifest["combinations"])
-    print(f"sweep {manifest['name']}: {total} runs in {sweep_dir}, {total - len(todo)} finished, {len(todo)} to run",
-          file=sys.stderr)
+    print(
+        f"sweep {manifest['name']}: {total} runs in {sweep_dir}, {total - len(todo)} finished, {len(todo)} to run",
+        file=sys.stderr,
+    )
     if not todo:
-        print("nothing to run: every run has its final metrics (bert-squad summarize "
-              f"{shlex.quote(str(sweep_dir))})")
+        print(f"nothing to run: every run has its final metrics (bert-squad summarize {shlex.quote(str(sweep_dir))})")
         return 0
-    extra: dict[str, Optional[str]] = {"job-name": f"bert-squad-sweep-{manifest['name']}",
-                                       "array": array_spec(todo, sweep.max_parallel),
-                                       "output": f"{sweep_dir}/slurm-%A_%a.out"}
+    extra: dict[str, Optional[str]] = {
+        "job-name": f"bert-squad-sweep-{manifest['name']}",
+        "array": array_spec(todo, sweep.max_parallel),
+        "output": f"{sweep_dir}/slurm-%A_%a.out",
+    }
     # Each array task trains its combination into the sweep directory (slurm/job.sh: BERT_SQUAD_SWEEP_DIR).
-    submission = launch.sbatch_command(sweep.job, manifest["train_args"], extra,
-                                       {"BERT_SQUAD_SWEEP_DIR": str(sweep_dir)})
+    submission = launch.sbatch_command(
+        sweep.job, manifest["train_args"], extra, {"BERT_SQUAD_SWEEP_DIR": str(sweep_dir)}
+    )
     if not sweep.submit:
         sys.stdout.write(submission.shown())
         return 0
@@ -220,9 +240,11 @@ def submit(sweep: Sweep) -> int:
         busy = launch.active_tasks(job_id)
         if busy:
             # A second array on the same run directories would train them twice, concurrently.
-            raise UserError(f"{job_file}: the sweep's job {job_id} still has {len(busy)} task(s) queued or running "
-                            f"({', '.join(busy[:3])}{', ...' if len(busy) > 3 else ''}); submit again when it "
-                            f"has ended, or scancel {job_id} first")
+            raise UserError(
+                f"{job_file}: the sweep's job {job_id} still has {len(busy)} task(s) queued or running "
+                f"({', '.join(busy[:3])}{', ...' if len(busy) > 3 else ''}); submit again when it "
+                f"has ended, or scancel {job_id} first"
+            )
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(old, manifest)
     submitted = launch.submit(submission)
@@ -242,8 +264,9 @@ class SweepTask:
 
 
 def parse_task(argv: list[str]) -> SweepTask:
-    p = config.ArgumentParser(prog="bert-squad sweep run",
-                              description="Train one combination of a sweep (what each array task runs).")
+    p = config.ArgumentParser(
+        prog="bert-squad sweep run", description="Train one combination of a sweep (what each array task runs)."
+    )
     p.add_argument("sweep_dir")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
     own, train_args = launch.split_argv(list(argv))
@@ -271,7 +294,16 @@ def run_task(task: SweepTask) -> int:
     if rank0:
         run_dir.mkdir(parents=True, exist_ok=True)
         code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
-    argv = [*task.train_args, *combo["args"], "--seed", str(combo["seed"]), "--output-dir", str(run_dir), "--resume", "auto"]
+    argv = [
+        *task.train_args,
+        *combo["args"],
+        "--seed",
+        str(combo["seed"]),
+        "--output-dir",
+        str(run_dir),
+        "--resume",
+        "auto",
+    ]
     code = 1  # what a crash (an exception past exit_code) leaves behind
     try:
         code = exit_code(lambda: train.main(config.parse_run_config(argv)), "bert-squad", task.debug)
