@@ -91,8 +91,9 @@ def _examples(articles: list) -> list:
     ]
 
 
-def transformers_v2(articles: list, predictions: dict, na_probs: dict | None = None, na_prob_thresh: float = 1.0
-                    ) -> dict:
+def transformers_v2(
+    articles: list, predictions: dict, na_probs: dict | None = None, na_prob_thresh: float = 1.0
+) -> dict:
     """What the SQuAD v2.0 script prints for these inputs, computed by transformers 4.x's `squad_evaluate`."""
     result = squad_metrics_v2().squad_evaluate(_examples(articles), predictions, na_probs, na_prob_thresh)
     if na_probs is None:
