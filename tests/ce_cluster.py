@@ -19,7 +19,7 @@ import sys
 
 import pytest
 from helpers import ROOT
-from images import cached_image
+from images import cached_image, squash
 from slurm_cluster import clear_dead_clusters, make_root, require_slurm, single_node, slurm_conf
 
 from bert_squad.runtime import OFFLINE_VARS as IMAGE_OFFLINE
@@ -75,28 +75,8 @@ def ce_image(tmp_path_factory):
         path = root / "etc" / name
         path.unlink(missing_ok=True)  # a hard link into the cached image: replaced, not written through
         path.write_text(text)
-    image = folder / "image.sqsh"
-    mksquashfs = shutil.which("mksquashfs") or shutil.which("mksquashfs", path="/usr/sbin:/sbin")
     try:
-        subprocess.run(
-            [
-                mksquashfs,
-                str(root),
-                str(image),
-                "-noappend",
-                "-quiet",
-                "-no-progress",
-                "-noI",
-                "-noD",
-                "-noF",
-                "-noX",
-                "-processors",
-                "1",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+        image = squash(root, folder / "image.sqsh", timeout=300)
         shutil.rmtree(root)
         yield image
     finally:

@@ -50,6 +50,17 @@ if b"bert_squad" in _argv and b"check-cache" not in _argv and os.environ.get("CH
 '''
 
 
+def squash(root: Path, image: Path, timeout: int = 1200) -> Path:
+    """`root` as one SquashFS file `image`, uncompressed and on one core (the same machine runs other tests);
+    skips, saying what to install, without mksquashfs."""
+    mksquashfs = shutil.which("mksquashfs") or shutil.which("mksquashfs", path="/usr/sbin:/sbin")
+    if mksquashfs is None:
+        pytest.skip("mksquashfs is not installed (apt-get install squashfs-tools, or `make system-deps`)")
+    options = ["-noappend", "-quiet", "-no-progress", "-noI", "-noD", "-noF", "-noX", "-processors", "1"]
+    subprocess.run([mksquashfs, str(root), str(image), *options], check=True, capture_output=True, timeout=timeout)
+    return image
+
+
 def interpreter_dirs():
     """The venv and the Python it was made from: bound into the image at their own paths."""
     return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})

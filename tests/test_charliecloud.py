@@ -28,6 +28,7 @@ from images import (
     interpreter_dirs,
     probe_env,
     probes,
+    squash,
 )
 from slurm_jobs import LAUNCHERS, finished, job_env, submit, warn_when_training
 
@@ -54,32 +55,9 @@ def ch_image(tmp_path_factory):
 @pytest.fixture(scope="session")
 def ch_squashfs(ch_image):
     """The same image as one SquashFS file (ch-run mounts it itself, with FUSE)."""
-    if not shutil.which("mksquashfs") and not shutil.which("mksquashfs", path="/usr/sbin:/sbin"):
-        pytest.skip("mksquashfs is not installed (apt-get install squashfs-tools, or `make system-deps`)")
     if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
         pytest.skip("no /dev/fuse or fusermount3 (apt-get install fuse3): ch-run cannot mount a SquashFS")
-    sqfs = ch_image.parent / "image.sqfs"
-    # Uncompressed and on one core: the same machine runs other tests.
-    subprocess.run(
-        [
-            "mksquashfs",
-            str(ch_image),
-            str(sqfs),
-            "-noappend",
-            "-quiet",
-            "-no-progress",
-            "-noI",
-            "-noD",
-            "-noF",
-            "-noX",
-            "-processors",
-            "1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=1200,
-    )
-    return sqfs
+    return squash(ch_image, ch_image.parent / "image.sqfs")
 
 
 def ch_env(scratch, image, **extra):

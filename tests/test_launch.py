@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from ce_srun import Refused, ch_run, expanded, problems
 from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
+from images import squash
 from slurm_jobs import finished, stored_script, submitting_env
 
 from bert_squad import cache, cli, preemption
@@ -360,8 +361,6 @@ def fake_sbatch(tmp_path, monkeypatch):
 def daint_inputs(tmp_path, monkeypatch, image_from="/bin"):
     """A Daint submission's world: a scratch with a cache, and a SquashFS image whose /usr/bin/env is this
     machine's (x86_64) or a copy whose ELF header says aarch64."""
-    if not shutil.which("mksquashfs", path="/usr/bin:/usr/sbin"):
-        pytest.skip("mksquashfs is not installed (apt-get install squashfs-tools, or `make system-deps`)")
     scratch = tmp_path / "scratch"
     (scratch / "bert-squad" / "cache").mkdir(parents=True)
     root = tmp_path / "rootfs" / "usr" / "bin"
@@ -370,13 +369,7 @@ def daint_inputs(tmp_path, monkeypatch, image_from="/bin"):
     if image_from == "aarch64":
         env[18:20] = (183).to_bytes(2, "little")  # e_machine EM_AARCH64
     (root / "env").write_bytes(bytes(env))
-    image = scratch / "bert-squad" / "bert-squad-alps.sqsh"
-    subprocess.run(
-        ["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    image = squash(tmp_path / "rootfs", scratch / "bert-squad" / "bert-squad-alps.sqsh", timeout=120)
     monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(scratch))
     for var in (
         "BERT_SQUAD_IMAGE",
