@@ -24,10 +24,10 @@ from bert_squad import cache, config, model, squad
 from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
 from bert_squad.errors import UserError, first_line
-from bert_squad.evaluate import Predictions, predict
+from bert_squad.evaluate import predict
 from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import PathLike, parse_json, read_json, read_text
-from bert_squad.postprocess import predicted_entry
+from bert_squad.postprocess import Predictions, predicted_entry
 
 if TYPE_CHECKING:  # transformers loads with the model
     from transformers import PreTrainedModel, PreTrainedTokenizerFast

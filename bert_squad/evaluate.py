@@ -26,7 +26,7 @@ from bert_squad.errors import UserError
 from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import PathLike, writable_directory, write_json_atomic
 from bert_squad.metrics import score
-from bert_squad.postprocess import postprocess_predictions
+from bert_squad.postprocess import Predictions, postprocess_predictions
 from bert_squad.squad import to_articles
 
 if TYPE_CHECKING:  # the libraries load with the model and the features
@@ -34,14 +34,6 @@ if TYPE_CHECKING:  # the libraries load with the model and the features
     from transformers import PreTrainedModel
 
 EVAL_BATCH = 64
-
-
-class Predictions(NamedTuple):
-    """A model's answers to a set of questions: what evaluation scores and `bert-squad predict` writes."""
-
-    predictions: dict[str, str]  # question id -> answer text ("" for no answer)
-    nbest: dict[str, list[dict[str, Any]]]  # question id -> its n-best candidates, best first
-    null_odds: Optional[dict[str, float]]  # SQuAD 2.0: question id -> null score minus the best span's; else None
 
 
 def predict_logits(
@@ -98,15 +90,13 @@ def predict(
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
-    return Predictions(
-        *postprocess_predictions(
-            examples.records,
-            meta,
-            *logits,
-            version_2_with_negative=examples.version_2,
-            max_answer_length=postprocess.max_answer_length,
-            null_score_diff_threshold=postprocess.null_score_diff_threshold,
-        )
+    return postprocess_predictions(
+        examples.records,
+        meta,
+        *logits,
+        version_2_with_negative=examples.version_2,
+        max_answer_length=postprocess.max_answer_length,
+        null_score_diff_threshold=postprocess.null_score_diff_threshold,
     )
 
 
@@ -208,8 +198,19 @@ def parse(argv: list[str]) -> Evaluation:
     return Evaluation(inference_from_args(args), args.eval_file, each)
 
 
-# What runs on every rank for each file: (file index, model, examples, features, device, pad id, dist) -> result.
-Task = Callable[[int, "PreTrainedModel", Examples, "datasets.Dataset", torch.device, int, DistEnv], Any]
+class Loaded(NamedTuple):
+    """One file's questions made ready on this rank: what a task runs the model over."""
+
+    position: int  # the file's place among the command's files
+    module: "PreTrainedModel"
+    examples: Examples
+    features: "datasets.Dataset"
+    device: torch.device
+    pad_id: int
+    dist: DistEnv
+
+
+Task = Callable[[Loaded], Any]  # what runs on every rank for each file
 
 
 def on_every_rank(job: Inference, files: Sequence[Examples], task: Task) -> list[Any]:
@@ -237,7 +238,7 @@ def on_every_rank(job: Inference, files: Sequence[Examples], task: Task) -> list
                 dist=dist,
                 workers=job.preprocess.preprocessing_workers,
             )
-            results.append(task(i, module, examples, features, device, tokenizer.pad_token_id, dist))
+            results.append(task(Loaded(i, module, examples, features, device, tokenizer.pad_token_id, dist)))
     return results
 
 
@@ -261,18 +262,21 @@ def run(asked: Evaluation) -> int:
     outs = output_dirs(job.output_dir, eval_files)
     files = [read_squad(path) for path in eval_files]
 
-    def task(
-        i: int,
-        module: "PreTrainedModel",
-        examples: Examples,
-        features: "datasets.Dataset",
-        device: torch.device,
-        pad_id: int,
-        dist: DistEnv,
-    ) -> Optional[dict[str, Any]]:
-        if dist.is_main:
-            outs[i].mkdir(parents=True, exist_ok=True)
-        return evaluate(module, examples, features, device, pad_id, postprocess[i], dist, output_dir=outs[i])
+    def task(file: Loaded) -> Optional[dict[str, Any]]:
+        out = outs[file.position]
+        if file.dist.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+        postprocessing = postprocess[file.position]
+        return evaluate(
+            file.module,
+            file.examples,
+            file.features,
+            file.device,
+            file.pad_id,
+            postprocessing,
+            file.dist,
+            output_dir=out,
+        )
 
     results = on_every_rank(job, files, task)
     if results[0] is None:  # not rank 0

@@ -29,11 +29,11 @@ class Candidate(NamedTuple):
 
 
 class Predictions(NamedTuple):
-    """What post-processing gives per question id."""
+    """A model's answers to a set of questions: what evaluation scores and `bert-squad predict` writes."""
 
-    texts: dict[str, str]  # the predicted answer ("" for none)
-    nbest: dict[str, list[dict[str, Any]]]  # the n-best candidates, JSON-ready, best first
-    null_odds: dict[str, float] | None  # SQuAD v2.0: null score minus best span score (the v2.0 script's na_probs)
+    predictions: dict[str, str]  # question id -> answer text ("" for no answer)
+    nbest: dict[str, list[dict[str, Any]]]  # question id -> its n-best candidates, JSON-ready, best first
+    null_odds: dict[str, float] | None  # SQuAD v2.0: null score minus the best span's (the v2.0 script's na_probs)
 
 
 def _window_spans(offsets: Offsets, start: Any, end: Any, n_best_size: int, max_answer_length: int) -> list[Candidate]:

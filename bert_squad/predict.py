@@ -8,17 +8,21 @@ started, post-processing on rank 0), so on a labelled file its predictions are `
 import dataclasses
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-
 from bert_squad import config
 from bert_squad.config import PostprocessConfig
-from bert_squad.data import Examples, read_squad
-from bert_squad.distributed import DistEnv
-from bert_squad.evaluate import Inference, inference_from_args, on_every_rank, parser, predict, write_predictions
+from bert_squad.data import read_squad
+from bert_squad.evaluate import (
+    Inference,
+    Loaded,
+    inference_from_args,
+    on_every_rank,
+    parser,
+    predict,
+    write_predictions,
+)
 
 if TYPE_CHECKING:  # the libraries load with the model and the features
-    import datasets
-    from transformers import PreTrainedModel
+    pass
 
 
 class Prediction(NamedTuple):
@@ -46,20 +50,11 @@ def run(asked: Prediction) -> int:
     job, path, postprocess = asked
     examples = read_squad(path, labelled=False)
 
-    def task(
-        i: int,
-        module: "PreTrainedModel",
-        examples: Examples,
-        features: "datasets.Dataset",
-        device: torch.device,
-        pad_id: int,
-        dist: DistEnv,
-    ) -> None:
+    def task(file: Loaded) -> None:
         # "No answer" competes where the model was trained for it (train records this), else where the file is v2.0.
-        version_2 = getattr(module.config, "version_2_with_negative", examples.version_2)
-        result = predict(
-            module, dataclasses.replace(examples, version_2=version_2), features, device, pad_id, postprocess, dist
-        )
+        version_2 = getattr(file.module.config, "version_2_with_negative", examples.version_2)
+        asked = dataclasses.replace(examples, version_2=version_2)
+        result = predict(file.module, asked, file.features, file.device, file.pad_id, postprocess, file.dist)
         if result is not None:
             write_predictions(job.output_dir, result)
             print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")
