@@ -3,6 +3,7 @@ is in the pins of its line (constraints.txt; constraints-compat.txt in the compa
 and every pin is installed. A requirement added to setup.cfg without `make pins` fails here, named."""
 
 import re
+import sysconfig
 from importlib import metadata
 
 import pytest
@@ -22,7 +23,10 @@ def pins(path):
 
 
 def test_the_venv_is_the_pinned_one():
-    installed = {normalized(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # The venv's own site-packages, not all of sys.path: setuptools, once imported, appends its vendored
+    # distributions (jaraco.*, zipp, ...) to sys.path, and they were never installed.
+    site_packages = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {normalized(d.metadata["Name"]): d.version for d in metadata.distributions(path=site_packages)}
     installed.pop("bert-squad")  # this checkout, installed editable
     path = ROOT / ("constraints.txt" if int(installed["transformers"].split(".")[0]) >= 5 else "constraints-compat.txt")
     pinned = pins(path)
