@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -58,6 +59,9 @@ COMMANDS = [*(name for name in cli.COMMANDS if name != "download"), "bert-squad-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, tiny_model, sample_dev):
     d = tmp_path_factory.mktemp("fuzz-files")
+    # A copy: a drawn --output-dir may name the model, and a run writes its own model there; the session's
+    # tiny model, which other tests read, stays as it was built.
+    model = shutil.copytree(tiny_model, d / "model")
     dev = json.loads(sample_dev.read_text())
     para = dev["data"][0]["paragraphs"][0]
     small = {"version": "1.1", "data": [{"title": "t", "paragraphs": [dict(para, qas=para["qas"][:3])]}]}
@@ -78,11 +82,11 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         (d / name).write_text(text)
     (d / "sweep").mkdir()
     (d / "sweep" / "sweep.json").write_text(json.dumps({"name": "s", "train_args": [], "combinations": []}))
-    paths = [str(d / n) for n in contents] + [str(d), str(d / "missing.json"), str(tiny_model), str(d / "sweep")]
+    paths = [str(d / n) for n in contents] + [str(d), str(d / "missing.json"), str(model), str(d / "sweep")]
     base = {  # enough for a command to get past its required options, so the drawn ones are reached
         "train": [
             "--model",
-            str(tiny_model),
+            str(model),
             "--train-file",
             str(d / "small.json"),
             "--cache-dir",
@@ -94,7 +98,7 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         ],
         "evaluate": [
             "--model-dir",
-            str(tiny_model),
+            str(model),
             "--eval-file",
             str(d / "small.json"),
             "--output-dir",
@@ -104,7 +108,7 @@ def files(tmp_path_factory, tiny_model, sample_dev):
         ],
         "predict": [
             "--model-dir",
-            str(tiny_model),
+            str(model),
             "--input",
             str(d / "small.json"),
             "--output-dir",
@@ -113,15 +117,15 @@ def files(tmp_path_factory, tiny_model, sample_dev):
             str(d / "cache"),
         ],
         "score": ["--eval-file", str(d / "small.json"), "--predictions", str(d / "preds.json")],
-        "check-cache": ["--model", str(tiny_model)],
-        "answer": ["--model-dir", str(tiny_model), "--question", "Who wrote it?", "--context", "Ada wrote it."],
+        "check-cache": ["--model", str(model)],
+        "answer": ["--model-dir", str(model), "--question", "Who wrote it?", "--context", "Ada wrote it."],
         "export": ["--checkpoint", str(d), "--output-dir", "out"],
         "launch": ["--site", "generic"],
         "sweep": ["--site", "generic", "--seeds", "1", "--runs-dir", "runs"],
         "summarize": [str(d / "sweep")],
         "bert-squad-test": [
             "--model-file",
-            str(tiny_model),
+            str(model),
             "--eval-file",
             str(d / "small.json"),
             "--num-test-samples",
