@@ -208,6 +208,23 @@ def write_marker(path: str | Path, record: dict[str, Any], files: dict[str, list
 # --- save -----------------------------------------------------------------------------------------
 
 
+def _mark_complete(path: Path, parts: list[Any], progress: Progress, stamp: Stamp) -> None:
+    """Rank 0's marker over every rank's (digests, write seconds, digest seconds): what the checkpoint holds,
+    how it was written, and the slowest rank's times."""
+    files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
+    seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}
+    written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
+    about = {
+        **asdict(progress),
+        **written,
+        "model": stamp.model,
+        "fingerprint": stamp.fingerprint,
+        "windows": stamp.windows,
+        "seconds": seconds,
+    }
+    write_marker(path, about, files)
+
+
 def save(
     engine: Any,
     output_dir: str | Path,
@@ -243,21 +260,7 @@ def save(
     parts = distributed.gather_to_rank0((mine, t1 - t0, time.perf_counter() - t1), dist)
     if dist.is_main:
         assert parts is not None  # rank 0 gathered them
-        files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
-        seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}  # the slowest rank's
-        written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
-        write_marker(
-            path,
-            {
-                **asdict(progress),
-                **written,
-                "model": stamp.model,
-                "fingerprint": stamp.fingerprint,
-                "windows": stamp.windows,
-                "seconds": seconds,
-            },
-            files,
-        )
+        _mark_complete(path, parts, progress, stamp)
         write_text_atomic(root / "latest", tag + "\n")
         shutil.rmtree(superseded, ignore_errors=True)
         prune(root, keep)

@@ -99,6 +99,26 @@ def _nbest_entries(candidates: list[Candidate], context: str) -> list[dict[str, 
     ]
 
 
+def _best_spans(
+    features: Sequence[dict[str, Any]],
+    start_logits: Logits,
+    end_logits: Logits,
+    windows: list[int],
+    n_best_size: int,
+    max_answer_length: int,
+) -> list[Candidate]:
+    """The `n_best_size` best spans over all windows of one question, best first; the offsets of every
+    window are characters of the one context, so spans of different windows compare directly."""
+    spans = [
+        span
+        for i in windows
+        for span in _window_spans(
+            features[i]["offset_mapping"], start_logits[i], end_logits[i], n_best_size, max_answer_length
+        )
+    ]
+    return sorted(spans, key=lambda span: span.score, reverse=True)[:n_best_size]
+
+
 def predicted_entry(prediction: str, nbest: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The n-best entry that is the prediction. With a null threshold it need not be the first: a span
     may be predicted although the null answer scores best, or "no answer" although a span scores best."""
@@ -133,18 +153,7 @@ def postprocess_predictions(
         qid, context = example["id"], example["context"]
         if not windows[qid]:
             raise ValueError(f"example {qid} has no features")
-        # The best spans over all windows of this question; offsets are characters of the one context.
-        spans = sorted(
-            (
-                span
-                for i in windows[qid]
-                for span in _window_spans(
-                    features[i]["offset_mapping"], start_logits[i], end_logits[i], n_best_size, max_answer_length
-                )
-            ),
-            key=lambda span: span.score,
-            reverse=True,
-        )[:n_best_size]
+        spans = _best_spans(features, start_logits, end_logits, windows[qid], n_best_size, max_answer_length)
         best_text = context[spans[0].start_char : spans[0].end_char] if spans else ""
         if not version_2_with_negative:
             predictions[qid] = best_text

@@ -290,15 +290,7 @@ def loop(run: Run) -> int:
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
             # checkpoint every --checkpoint-every steps, and at the step where the ranks agreed to stop
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
-                checkpoint.save(
-                    engine,
-                    run.inputs.cfg.data.output_dir,
-                    progress,
-                    faults.keep_checkpoints,
-                    dist,
-                    run.inputs.stamp,
-                    extra=run.best_so_far.save if run.best_so_far else None,
-                )
+                save_checkpoint(run)
             if stopping:
                 report.log(
                     dist,
@@ -308,6 +300,20 @@ def loop(run: Run) -> int:
                 return EXIT_STOPPED
             shown.advance(progress.step, run.last_rates)
     return 0
+
+
+def save_checkpoint(run: Run) -> None:
+    """A checkpoint of this step, with the best step's record beside it when --keep-best keeps one."""
+    cfg = run.inputs.cfg
+    checkpoint.save(
+        run.engine,
+        cfg.data.output_dir,
+        run.progress,
+        cfg.faults.keep_checkpoints,
+        run.inputs.dist,
+        run.inputs.stamp,
+        extra=run.best_so_far.save if run.best_so_far else None,
+    )
 
 
 def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
@@ -352,7 +358,7 @@ def export_best(run: Run) -> None:
 def finish(run: Run) -> None:
     """Final evaluation, the exported model (unless --no-export), and last the metrics file that marks the run
     finished."""
-    inputs, work = run.inputs, run.work
+    inputs = run.inputs
     dist, out, exporting = inputs.dist, Path(inputs.cfg.data.output_dir), not inputs.cfg.data.no_export
     wall = time.perf_counter() - run.started
     run_rates = run.meter.run_rates(distributed.all_sum)
@@ -373,35 +379,38 @@ def finish(run: Run) -> None:
                 f"note: the export of the best step {kept.step} is gone (resumed from an older "
                 f"checkpoint?): the final step's model is saved instead",
             )
-    write_json_atomic(
-        out / outputs.TRAIN_METRICS,
-        {
-            "steps": run.progress.step,
-            "epochs": run.progress.step / work.steps_per_epoch,
-            "world_size": dist.world_size,
-            "train_batch_size": work.ds_config.batch.size,
-            "precision": work.ds_config.precision,
-            "engine": report.engine_facts(run.engine),
-            "wall_time_s": wall,
-            "device": perf.device_name(run.device),
-            **{f"run_{k}": v for k, v in run_rates.items()},
-            "last_log": run.last_rates,
-            "logs": run.logs,
-            "peak_memory_gib": perf.peak_memory_gib(run.device),
-            "features": work.feature_report,
-            "evals": run.evals,
-            "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
-            "deepspeed_config": work.ds_config.as_dict(),
-            "config": dataclasses.asdict(inputs.cfg),
-            **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
-        },
-    )
+    write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, wall, run_rates, digests))
     report.log(
         dist,
         f"saved model and tokenizer to {out} ({wall:.0f}s)"
         if exporting
         else f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)",
     )
+
+
+def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: list[Any]) -> dict[str, Any]:
+    """What train_metrics.json records of a finished run: its shape, rates, evaluations and settings."""
+    work, kept = run.work, run.best_so_far
+    return {
+        "steps": run.progress.step,
+        "epochs": run.progress.step / work.steps_per_epoch,
+        "world_size": run.inputs.dist.world_size,
+        "train_batch_size": work.ds_config.batch.size,
+        "precision": work.ds_config.precision,
+        "engine": report.engine_facts(run.engine),
+        "wall_time_s": wall,
+        "device": perf.device_name(run.device),
+        **{f"run_{k}": v for k, v in run_rates.items()},
+        "last_log": run.last_rates,
+        "logs": run.logs,
+        "peak_memory_gib": perf.peak_memory_gib(run.device),
+        "features": work.feature_report,
+        "evals": run.evals,
+        "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
+        "deepspeed_config": work.ds_config.as_dict(),
+        "config": dataclasses.asdict(run.inputs.cfg),
+        **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
+    }
 
 
 def print_config(cfg: config.RunConfig) -> int:
