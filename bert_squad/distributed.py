@@ -186,6 +186,11 @@ def process_group(dist: DistEnv, timeout_s: float = 600) -> Iterator[torch.devic
 def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
     import deepspeed  # heavy: only commands that start a process group
+
+    # Imported before the group starts, not by the first forward (transformers 4.x imports it there): imported
+    # while a group lives, torch._dynamo keeps references to it that outlive destroy_process_group, so gloo's
+    # worker threads live on into interpreter shutdown, where one of them aborts the rank (exit 134).
+    import torch._dynamo
     from deepspeed.accelerator import get_accelerator
 
     acc = get_accelerator()
