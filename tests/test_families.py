@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers import MPIRUN, PYTHON, decode_spans, run_bert_squad
+from helpers import MPIRUN, PYTHON, assert_same_weights, decode_spans, run_bert_squad
 from packaging.version import Version
 from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
 
@@ -123,42 +123,54 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
     assert len({ex["id"] for ex, _ in spans}) == report["answerable"] == len(examples)
 
 
-def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tmp_path):
-    """One rank, a few steps: training, FLOPs and MFU from the family's model, evaluation, the export and
-    `predict` from it."""
+@pytest.mark.mpi
+def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_train, sample_dev, tmp_path):
+    """Two ranks (mpirun), a few steps: training, FLOPs and MFU from the family's model, distributed
+    evaluation, the export, and `predict` from it answering as the evaluation did; a run resumed from the
+    step-2 checkpoint ends with the same weights on every rank and as the uninterrupted run, and it answers
+    questions."""
+    from bert_squad.checkpoint import checkpoint_root
     from bert_squad.perf import flops_per_sample, model_shape
 
     family, model_dir = family_model
-    out = tmp_path / "out"
-    r = run_bert_squad(
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    common = [
         "--model",
         model_dir,
         "--train-file",
         sample_train,
-        "--eval-file",
-        sample_dev,
         "--max-steps",
-        2,
+        4,
         "--max-seq-length",
         96,
-        "--output-dir",
-        out,
+        "--learning-rate",
+        "1e-3",
         "--cache-dir",
         tmp_path / "c",
+    ]
+    r = run_bert_squad(
+        *common,
+        "--eval-file",
+        sample_dev,
+        "--output-dir",
+        full,
+        "--checkpoint-every",
+        2,
         "--peak-tflops",
         "0.5",
+        launcher=MPIRUN,
     )
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
-    metrics = json.loads((out / "train_metrics.json").read_text())
-    assert metrics["steps"] == 2 and metrics["run_tflops_per_device"] > 0, (family, metrics)
+    metrics = json.loads((full / "train_metrics.json").read_text())
+    assert metrics["steps"] == 4 and metrics["run_tflops_per_device"] > 0, (family, metrics)
     assert metrics["run_mfu"] == pytest.approx(metrics["run_tflops_per_device"] / 0.5)
-    assert "f1" in json.loads((out / "eval_metrics.json").read_text())
-    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
-    # `predict` from the export answers as the run's evaluation did, byte for byte.
+    assert "f1" in json.loads((full / "eval_metrics.json").read_text())
+    assert (full / "model.safetensors").exists() and (full / "tokenizer.json").exists()
+    # `predict` from the export, in one process, answers as the run's evaluation on two ranks did, byte for byte.
     predicted = run_bert_squad(
         "predict",
         "--model-dir",
-        out,
+        full,
         "--input",
         sample_dev,
         "--output-dir",
@@ -169,14 +181,23 @@ def test_trains_evaluates_and_exports(family_model, sample_train, sample_dev, tm
         96,
     )
     assert predicted.returncode == 0, f"{family}: {predicted.stderr[-3000:]}"
-    assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
+    assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (full / "predictions.json").read_bytes()
     # Every family's FLOPs count its real parameters and its attention term.
-    n, layers, hidden = model_shape(Answerer.from_pretrained(out).module)
+    n, layers, hidden = model_shape(Answerer.from_pretrained(full).module)
     assert (layers, hidden) == (LAYERS, HIDDEN) and n > 4 * LAYERS * HIDDEN**2  # q, k, v, o alone
     assert flops_per_sample((n, layers, hidden), 96) > 6 * n * 96
     if family in SPAN_HEAD:  # the checkpoint's masked-LM head is left out, in one line; the export loads alone
         assert sum("left out: lm_head" in line for line in r.stdout.splitlines()) == 1, r.stdout
-        assert_loads_with_transformers_alone(out, tmp_path)
+        assert_loads_with_transformers_alone(full, tmp_path)
+    step2 = checkpoint_root(full) / "step00000002"
+    r = run_bert_squad(*common, "--no-eval", "--output-dir", resumed, "--resume", step2, launcher=MPIRUN)
+    assert r.returncode == 0 and f"resumed from {step2}" in r.stdout, f"{family}: {r.stderr[-3000:]}"
+    metrics = json.loads((resumed / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and len(set(metrics["weights_sha256_per_rank"])) == 1
+    assert_same_weights(full, resumed)
+    context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
+    for answer in Answerer.from_pretrained(resumed).answer("Where was Ada Novak born?", context, top_k=3):
+        assert answer.text and context[answer.start : answer.end] == answer.text, (family, answer)
 
 
 def assert_loads_with_transformers_alone(out: Path, tmp_path: Path) -> None:
@@ -264,42 +285,3 @@ def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, s
         f"eval {sample_dev}: {len(read_squad(sample_dev))} questions, {len(read_squad(sample_dev))} features"
         in r.stdout
     )
-
-
-@pytest.mark.mpi
-def test_two_ranks_resume_and_answer(family_model, sample_train, tmp_path):
-    """Two ranks (mpirun): a run resumed from the step-2 checkpoint of another ends with the same weights
-    on every rank and the same weights as the uninterrupted run; the result answers questions."""
-    from safetensors.torch import load_file
-
-    from bert_squad.checkpoint import checkpoint_root
-
-    family, model_dir = family_model
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    common = [
-        "--model",
-        model_dir,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        4,
-        "--max-seq-length",
-        96,
-        "--no-eval",
-        "--learning-rate",
-        "1e-3",
-        "--cache-dir",
-        tmp_path / "c",
-    ]
-    r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 2, launcher=MPIRUN)
-    assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
-    step2 = checkpoint_root(full) / "step00000002"
-    r = run_bert_squad(*common, "--output-dir", resumed, "--resume", step2, launcher=MPIRUN)
-    assert r.returncode == 0 and f"resumed from {step2}" in r.stdout, f"{family}: {r.stderr[-3000:]}"
-    metrics = json.loads((resumed / "train_metrics.json").read_text())
-    assert metrics["world_size"] == 2 and len(set(metrics["weights_sha256_per_rank"])) == 1
-    a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), family
-    context = "Ada Novak was born in Lugano in 1834. She studied physics at the university."
-    for answer in Answerer.from_pretrained(resumed).answer("Where was Ada Novak born?", context, top_k=3):
-        assert answer.text and context[answer.start : answer.end] == answer.text, (family, answer)
