@@ -123,6 +123,20 @@ def tiny_model(tmp_path_factory):
     return build_tiny_model("bert", tmp_path_factory.mktemp("tiny-bert"))
 
 
+@pytest.fixture(scope="session")
+def tiny_eurobert(tmp_path_factory):
+    """A tiny EuroBERT saved as its hub checkpoints are (encoder and masked-LM head): an encoder transformers
+    ships without a question-answering class, so it trains with the project's span head."""
+    import transformers
+    from packaging.version import Version
+    from tiny_models import build_tiny_model
+
+    from bert_squad.model import family
+
+    assert Version(transformers.__version__) >= Version(family("eurobert").since), "EuroBERT needs a newer transformers"
+    return build_tiny_model("eurobert", tmp_path_factory.mktemp("tiny-eurobert"))
+
+
 # A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, a real
 # multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py), and the
 # Container Engine's stand-in (tests/test_container_engine.py).

@@ -280,3 +280,17 @@ def assert_same_weights(a, b):
     assert x.keys() == y.keys(), sorted(set(x) ^ set(y))
     different = [k for k in x if not torch.equal(x[k], y[k])]
     assert not different, f"{a} and {b} differ in {different[:5]}"
+
+
+def assert_span_head_export(directory):
+    """A model saved with the project's span head is in Hugging Face format and says what it is: its config
+    names the modelling file written beside the weights, which is span_head.py's source and one line more."""
+    from bert_squad import span_head
+
+    directory = Path(directory)
+    config = json.loads((directory / "config.json").read_text())
+    assert config["architectures"] == ["EuroBertForQuestionAnswering"]
+    assert config["auto_map"] == {"AutoModelForQuestionAnswering": f"{span_head.MODULE}.EuroBertForQuestionAnswering"}
+    source = (directory / f"{span_head.MODULE}.py").read_text()
+    assert source.startswith(Path(span_head.__file__).read_text())
+    assert source.endswith("EuroBertForQuestionAnswering = for_model_type('eurobert')\n")

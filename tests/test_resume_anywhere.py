@@ -1,6 +1,10 @@
 """Resume anywhere: a checkpoint of any ZeRO stage resumed on another number of ranks, damaged
 checkpoints passed over, and the Hugging Face model of any checkpoint.
 
+The chain of runs across worlds trains the tiny EuroBERT, an encoder without a question-answering class in
+transformers: the project's own span head is the harder case (its weights are the project's to save, convert,
+load and export), and so every shipped config carries it through every step.
+
 Runs go through tests/state_tap.py, which writes what the engine holds right before each save and
 right after each load: "loaded what was saved" is checked tensor for tensor on the real training.
 """
@@ -20,6 +24,7 @@ from helpers import (
     ROOT,
     TINY_WINDOWS,
     assert_same_weights,
+    assert_span_head_export,
     free_port,
     run_bert_squad,
     tiny_run_args,
@@ -205,20 +210,27 @@ def test_pruning_keeps_the_newest_intact_checkpoints(tmp_path):
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
-def chain(request, tiny_model, sample_train, tmp_path_factory):
-    """Three runs in one output dir, each resuming the last one's newest checkpoint: 2 ranks to step 2,
-    1 rank to step 4, 2 ranks to step 6, a checkpoint every 2 steps."""
+def chain(request, tiny_eurobert, sample_train, sample_dev, tmp_path_factory):
+    """Three runs of the span-head model in one output dir, each resuming the last one's newest checkpoint:
+    2 ranks to step 2 (evaluated on both ranks at each step, keeping the best), 1 rank to step 4, 2 ranks to
+    step 6, a checkpoint every 2 steps. `first` is the first run's train_metrics.json."""
     tmp = tmp_path_factory.mktemp(request.param)
-    config, out, logs = ds_config(request.param, tmp), tmp / "out", []
+    config, out, logs, first = ds_config(request.param, tmp), tmp / "out", [], None
+    evaluated = ["--eval-file", sample_dev, "--eval-every", 1, "--keep-best"]
     for ranks, steps in CHAIN:
-        r = tapped(tmp / "dumps", *train_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
+        args = train_args(tiny_eurobert, sample_train, out, config)
+        if first is None:
+            args = [a for a in args if a != "--no-eval"] + list(map(str, evaluated))
+        r = tapped(tmp / "dumps", *args, "--max-steps", steps, ranks=ranks)
         assert r.returncode == 0, r.stderr[-3000:]
         logs.append(r.stdout)
+        first = first or json.loads((out / "train_metrics.json").read_text())
     return SimpleNamespace(
         name=request.param,
         out=out,
         dumps=tmp / "dumps",
         logs=logs,
+        first=first,
         zero_stage=dsconfig.zero_stage(dsconfig.load(config)),
     )
 
@@ -283,10 +295,23 @@ def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.mpi
+def test_the_first_run_evaluates_on_both_ranks_and_keeps_the_best(chain):
+    """The masked-LM head the model was saved with is left out in one line; both ranks evaluate at each step,
+    and the best step's model, a span-head model in Hugging Face format, is the first run's export."""
+    assert chain.logs[0].count("left out: lm_head (the head it was saved with, 1 tensor)") == 1, chain.logs[0][-3000:]
+    metrics = chain.first
+    assert metrics["world_size"] == 2 and [e["step"] for e in metrics["evals"]] == [1, 2]
+    best = next(e for e in metrics["evals"] if e["step"] == metrics["best_step"])
+    assert metrics["best_metrics"]["f1"] == best["f1"] == max(e["f1"] for e in metrics["evals"])
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_the_resumed_runs_finish_and_export(chain):
     metrics = json.loads((chain.out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 32, 6)
-    assert (chain.out / "model.safetensors").is_file()
+    assert metrics["engine"]["optimizer"] == "torch.optim.adamw.AdamW" and metrics["engine"]["skipped_steps"] == 0
+    assert_span_head_export(chain.out)
     assert checkpoint.complete_tags(checkpoint_root(chain.out)) == ["step00000004", "step00000006"]
 
 
@@ -294,18 +319,20 @@ def test_the_resumed_runs_finish_and_export(chain):
 @pytest.mark.mpi
 def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, sample_dev):
     """`bert-squad export` of the step-6 checkpoint (2 ranks wrote it) in one process gives the run's
-    final export: the same weights, config and logits; evaluate and answer take it."""
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    final export: the same weights, config, modelling file and logits; evaluate and answer take it."""
+    from bert_squad import span_head
+    from bert_squad.answer import Answerer
 
     export = tmp_path / "export"
     r = run_bert_squad("export", "--checkpoint", checkpoint_root(chain.out), "--output-dir", export, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert_same_weights(export, chain.out)
-    assert json.loads((export / "config.json").read_text()) == json.loads((chain.out / "config.json").read_text())
-    tok = AutoTokenizer.from_pretrained(export)
-    enc = tok("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
+    for name in ("config.json", f"{span_head.MODULE}.py"):
+        assert (export / name).read_text() == (chain.out / name).read_text(), name
+    ours, theirs = (Answerer.from_pretrained(d) for d in (export, chain.out))
+    enc = ours.tokenizer("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
     with torch.no_grad():
-        ours, theirs = (AutoModelForQuestionAnswering.from_pretrained(d).eval()(**enc) for d in (export, chain.out))
+        ours, theirs = (qa.module.eval()(**enc) for qa in (ours, theirs))
     assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
     if chain.name != "zero3_bf16":
         return
