@@ -18,10 +18,12 @@ VENV=${VENV:-.venv}
 PY=$VENV/bin/python
 COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
 # The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node timeouts,
-# KillWait): a session of their own, beside the sessions that keep the cores busy.
-CLUSTER_TIERS="slurm or multinode or container"
-# Every session of the main venv but the cluster tiers' leaves out what the others run.
-ELSEWHERE="$CLUSTER_TIERS or bench or transformers4"
+# KillWait): two lines of their own, the multinode cluster's and the single-node one's with the containers',
+# beside the lines that keep the cores busy. The two expressions share no test.
+MULTINODE="multinode"
+SINGLE_NODE="(slurm or container) and not multinode"
+# What the sessions of the training-heavy files and of the rest leave to the others.
+ELSEWHERE="slurm or multinode or container or bench or transformers4"
 # What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export,
 # answer, load and label every encoder family it has, and refuse the ones newer than it naming the release
 # they need; and its venv must be the pinned one.
@@ -51,11 +53,28 @@ compat() {
 # start, load and wait on each other.
 TRAINING_FILES=(tests/test_families.py tests/test_resume_anywhere.py tests/test_span_head.py)
 
-# The compat venv installs, its tests run in it, then the benchmarks' own tests (bench) in the main venv; both
-# sessions always run. A failed install's last lines stand for the compat session's output.
-compat_then_bench() {
+# A session of the main venv: quiet, the ten slowest tests, the reasons of what did not pass, no shared cache.
+session() {
+    "$PY" -m pytest -q -ra --durations=10 -p no:cacheprovider "$@"
+}
+
+# The multinode cluster's tests, then the benchmarks' own (bench: CPU work, after the waits).
+multinode_then_bench() {
     local rc=0
-    if make -s compat-env > "$VENV/compat-install.log" 2>&1; then
+    session -m "$MULTINODE" || rc=$?
+    echo "--- bench:"
+    session -m bench || rc=$?
+    return "$rc"
+}
+
+# The single-node Slurm and the containers while the compat venv installs, then the compat tests in it. A
+# failed install's last lines stand for the compat session's output.
+single_node_then_compat() {
+    local rc=0 install
+    make -s compat-env > "$VENV/compat-install.log" 2>&1 &
+    install=$!
+    session -m "$SINGLE_NODE" || rc=$?
+    if wait "$install"; then
         echo "--- compat ($COMPAT_TRANSFORMERS):"
         compat || rc=$?
     else
@@ -63,12 +82,10 @@ compat_then_bench() {
         tail -20 "$VENV/compat-install.log"
         rc=1
     fi
-    echo "--- bench:"
-    "$PY" -m pytest -q -ra --durations=10 -p no:cacheprovider -m bench || rc=$?
     return "$rc"
 }
 
-# One line of sessions in the background: its output to $VENV/test-NAME.log, its exit code to $VENV/test-NAME.rc.
+# A line in the background: its output to $VENV/test-NAME.log, its exit code to $VENV/test-NAME.rc.
 background() {
     local name=$1
     shift
@@ -76,17 +93,17 @@ background() {
     { local rc=0; "$@" > "$VENV/test-$name.log" 2>&1 || rc=$?; echo "$rc" > "$VENV/test-$name.rc"; } &
 }
 
-# Four lines side by side, each always run, any one failing fails the run: the cluster tiers (mostly waiting
-# on Slurm), compat then bench, the training-heavy files, and the rest in the foreground.
+# Four lines side by side, every session always run, any one failing fails the run: the multinode cluster then
+# bench, the single-node Slurm and the containers then compat, the training-heavy files, and the rest in the
+# foreground.
 whole_suite() {
     lint
-    local lines=(clusters compat-bench training) rest=0 summary name
-    echo "the cluster tiers, compat then bench, and the training-heavy files run beside the rest; their output" \
-         "follows at the end (live: tail -f $VENV/test-clusters.log and the like)"
-    background clusters "$PY" -m pytest -q -ra --durations=10 -p no:cacheprovider -m "$CLUSTER_TIERS"
-    background compat-bench compat_then_bench
-    background training "$PY" -m pytest -q -ra --durations=10 -p no:cacheprovider -m "not ($ELSEWHERE)" \
-        "${TRAINING_FILES[@]}"
+    local lines=(multinode-bench single-node-compat training) rest=0 summary name
+    echo "three lines run beside the rest (${lines[*]}); their output follows at the end (live: tail -f" \
+         "$VENV/test-${lines[0]}.log and the like)"
+    background "${lines[0]}" multinode_then_bench
+    background "${lines[1]}" single_node_then_compat
+    background "${lines[2]}" session -m "not ($ELSEWHERE)" "${TRAINING_FILES[@]}"
     "$PY" -m pytest -q -ra --durations=10 -m "not ($ELSEWHERE)" "${TRAINING_FILES[@]/#/--ignore=}" || rest=$?
     wait
     summary="rest: exit $rest"
