@@ -2,7 +2,8 @@
 # The test suite's sessions. The Makefile installs (the venvs, the Debian packages, the Charliecloud image)
 # and then calls this script; tests/README.md says what each tier needs and how long a run takes.
 #
-#   tests/run.sh          the whole suite (make test): the lint, then four lines of sessions side by side, one exit code
+#   tests/run.sh          the whole suite (make test): the lint, then four lines of sessions side by side,
+#                         one exit code
 #   tests/run.sh fast     the lint, then the suite without the `slow` tests (everything that trains) and
 #                         without the `transformers4` ones (the compat venv runs those): make test-fast
 #   tests/run.sh compat   the compat tests in .venv-compat (make test-compat, which installs it first)
