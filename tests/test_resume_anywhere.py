@@ -297,7 +297,7 @@ def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_pa
 @pytest.mark.mpi
 def test_the_first_run_evaluates_on_both_ranks_and_keeps_the_best(chain):
     """The masked-LM head the model was saved with is left out in one line; both ranks evaluate at each step,
-    and the best step's model, a span-head model in Hugging Face format, is the first run's export."""
+    and the run records the best of those evaluations as its best step."""
     assert chain.logs[0].count("left out: lm_head (the head it was saved with, 1 tensor)") == 1, chain.logs[0][-3000:]
     metrics = chain.first
     assert metrics["world_size"] == 2 and [e["step"] for e in metrics["evals"]] == [1, 2]
@@ -329,10 +329,10 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
     assert_same_weights(export, chain.out)
     for name in ("config.json", f"{span_head.MODULE}.py"):
         assert (export / name).read_text() == (chain.out / name).read_text(), name
-    ours, theirs = (Answerer.from_pretrained(d) for d in (export, chain.out))
-    enc = ours.tokenizer("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
+    models = [Answerer.from_pretrained(d) for d in (export, chain.out)]
+    enc = models[0].tokenizer("Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834.", return_tensors="pt")
     with torch.no_grad():
-        ours, theirs = (qa.module.eval()(**enc) for qa in (ours, theirs))
+        ours, theirs = (qa.module.eval()(**enc) for qa in models)
     assert torch.equal(ours.start_logits, theirs.start_logits) and torch.equal(ours.end_logits, theirs.end_logits)
     if chain.name != "zero3_bf16":
         return
