@@ -219,24 +219,34 @@ def build_features(
     shared by several ranks. `workers`: --preprocessing-workers (see `worker_count`).
     """
     import datasets  # heavy: not for the commands that tokenize nothing
+    from datasets.table import InMemoryTable, MemoryMappedTable
 
-    ds = datasets.Dataset.from_list([dict(r, index=i) for i, r in enumerate(examples.records)])
-    fn = prepare_train if train else prepare_eval
     kind = "train" if train else "eval"
+    # Without a cache nothing is on disk to find again: no key is worth computing (hashing the tokenizer costs
+    # more than the work).
+    name = f"{kind}-{'in-memory' if cache_dir is None else _cache_key(examples, tokenizer, windows, train)}"
+    # Each Dataset is given its fingerprint: datasets would otherwise hash the new table by pickling it with dill,
+    # which pickles by value any module imported from outside the interpreter's prefix. Where pyarrow comes from
+    # such a folder (wheels on PYTHONPATH beside a container's own Python), that pickle reaches pyarrow's
+    # MonthDayNano type and raises PicklingError before the first step. The cache key names the features exactly.
+    questions = InMemoryTable.from_pylist([dict(r, index=i) for i, r in enumerate(examples.records)])
+    ds = datasets.Dataset(questions, fingerprint=f"{name}-questions")
+    fn = prepare_train if train else prepare_eval
     kwargs = dict(
         batched=True,
         batch_size=1000,
         remove_columns=ds.column_names,
         fn_kwargs={"tokenizer": tokenizer, "windows": windows},
+        new_fingerprint=name,
     )
-    if cache_dir is None:  # nothing on disk, so no fingerprint needed: hashing the tokenizer costs more than the work
-        return ds.map(fn, keep_in_memory=True, new_fingerprint=f"in-memory-{kind}", **kwargs)
-    cache_file = cache.features_dir(cache_dir) / f"{kind}-{_cache_key(examples, tokenizer, windows, train)}.arrow"
+    if cache_dir is None:
+        return ds.map(fn, keep_in_memory=True, **kwargs)
+    cache_file = cache.features_dir(cache_dir) / f"{name}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
         if not cache_file.is_file():  # other ranks find rank 0's, unless the cache is not shared with them
             _write_cache(ds, fn, kwargs, cache_file, worker_count(workers, len(ds)))
-        return datasets.Dataset.from_file(str(cache_file))
+        return datasets.Dataset(MemoryMappedTable.from_file(str(cache_file)), fingerprint=name)
 
 
 def feature_report(examples: Examples, train_features: datasets.Dataset) -> dict[str, int]:
