@@ -203,11 +203,17 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     if dist.is_main:  # the exact config the engine gets, beside the run's metrics
         write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
     groups = model.param_groups(inputs.module, work.ds_config.weight_decay)
+    inputs.module.train()  # from_pretrained leaves a model in eval mode: dropout on, as the model was pretrained
     engine, _, _, _ = deepspeed.initialize(
         model=inputs.module, config=work.ds_config.as_dict(), model_parameters=groups
     )
+    if dist.world_size == 1 and work.ds_config.zero_stage == 0:
+        # One rank has no gradient to average: DeepSpeed would still copy every one into a bucket and back.
+        engine.enable_backward_allreduce = False
     if cfg.speed.compile:
         engine.compile()
+    if cfg.speed.tf32:  # torch's "high" float32 precision: TF32 tensor cores where the device has them
+        torch.set_float32_matmul_precision("high")
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
     collate = Collator(
         inputs.tokenizer.pad_token_id,
@@ -215,7 +221,8 @@ def build(inputs: Inputs, device: torch.device) -> Run:
         pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None,
     )
     device_name = perf.device_name(device)
-    peak = perf.peak_tflops(device_name, work.ds_config.precision, cfg.speed.peak_tflops)
+    tf32 = cfg.speed.tf32 and work.ds_config.precision == "fp32"
+    peak = perf.peak_tflops(device_name, "tf32" if tf32 else work.ds_config.precision, cfg.speed.peak_tflops)
     report.log(dist, report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, device_name, engine))
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
@@ -244,9 +251,16 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
     batches = work.batches.stream(
         progress.epoch, progress.batch_in_epoch, per_epoch, (work.total_steps - progress.step) * gas
     )
+    # Its own generator: starting the loader draws its workers' base seed, which from torch's global generator
+    # would shift the dropout masks of a resumed run (restored to the checkpoint's state) by one draw.
     loader = iter(
         DataLoader(
-            run.rows, batch_sampler=batches, collate_fn=run.collate, num_workers=2 if on_gpu else 0, pin_memory=on_gpu
+            run.rows,
+            batch_sampler=batches,
+            collate_fn=run.collate,
+            num_workers=2 if on_gpu else 0,
+            pin_memory=on_gpu,
+            generator=torch.Generator().manual_seed(run.inputs.cfg.train.seed),
         )
     )
     while progress.step < work.total_steps:
@@ -260,10 +274,11 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
 def loop(run: Run) -> int:
     """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint.
 
-    The host waits for the device only at the log and stop-check steps, and where DeepSpeed's step reads a
-    value back (the gradient norm it clips by; under fp16 the loss scaler's overflow flag)."""
+    The host waits for the device only at the log and stop-check steps, and under fp16 where the loss scaler
+    reads back whether the step overflowed. Clipping stays on the device (docs/performance.md: the step's cost)."""
     engine, progress, total, device = run.engine, run.progress, run.work.total_steps, run.device
     train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
+    clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
     stop_check = distributed.StopCheck(progress.step)
     with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
@@ -271,6 +286,8 @@ def loop(run: Run) -> int:
             for batch in micro_batches:
                 loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
                 engine.backward(loss)
+                if clip and engine.is_gradient_accumulation_boundary():  # the whole step's gradients, averaged
+                    torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
                 engine.step()
                 run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
             # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)

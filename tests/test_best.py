@@ -47,7 +47,7 @@ def test_two_ranks_zero3_keep_the_best_steps_model(tiny_model, sample_train, sam
         "--max-steps",
         5,
         "--learning-rate",
-        "3e-2",
+        "6e-2",
         "--keep-best",
         "--deepspeed_config",
         zero_on_cpu(tmp_path, 3),
