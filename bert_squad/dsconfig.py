@@ -35,7 +35,9 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there
 FILE_MONITORS = ("tensorboard", "csv_monitor")
 MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
 # The sections read here, which must be objects with object params.
-SECTIONS = ("fp16", "bf16", "zero_optimization", "optimizer", "scheduler")
+SECTIONS = ("fp16", "bf16", "torch_autocast", "zero_optimization", "optimizer", "scheduler")
+# DeepSpeed's sections that each put the model's weights in 16 bits and its optimizer in a wrapper of their own.
+HALF_SECTIONS = ("fp16", "bf16")
 
 
 class _Recording(dict):
@@ -163,6 +165,9 @@ class DeepSpeedConfig(_Sections):
     path: Path  # the file it came from
     batch: Batch
     values: MappingProxyType  # the whole config, read-only
+    # The gradient norm the training loop clips to itself, in one foreach call, before DeepSpeed's step (0: none,
+    # or DeepSpeed clips); `gradient_clipping` in `values` is 0 then. See `loop_clipping`.
+    loop_clip: float = 0.0
 
     @property
     def weight_decay(self) -> float:
@@ -211,7 +216,10 @@ class Settings(_Sections):
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
         if self.load_universal:
             cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
-        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg))
+        loop_clip = loop_clipping(cfg)
+        if loop_clip:
+            cfg["gradient_clipping"] = 0.0
+        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg), loop_clip)
 
 
 def _positive_int(cfg: Mapping[str, Any], key: str, path: PathLike, default: Optional[int] = None) -> int:
@@ -247,10 +255,21 @@ def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
 
 def _check_values(cfg: Mapping[str, Any], path: PathLike, has_gpu: bool) -> None:
     """Precision against this machine, the ZeRO stage and the learning rate."""
-    if cfg.get("fp16", {}).get("enabled") and not has_gpu:
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32 or ds_bf16")
-    if cfg.get("fp16", {}).get("enabled") and cfg.get("bf16", {}).get("enabled"):
-        raise UserError(f"{path}: fp16.enabled and bf16.enabled are both true; choose one")
+    chosen = [f"{s}.enabled" for s in (*HALF_SECTIONS, "torch_autocast") if cfg.get(s, {}).get("enabled")]
+    if len(chosen) > 1:
+        raise UserError(f"{path}: {' and '.join(chosen)} are each true; choose one")
+    autocast = cfg.get("torch_autocast", {})
+    if autocast.get("enabled"):
+        from deepspeed.runtime.config import DtypeEnum  # heavy: not for launch and sweep
+
+        try:
+            dtype = DtypeEnum(autocast.get("dtype")).name
+        except ValueError:
+            dtype = None
+        if dtype not in ("fp16", "bf16"):
+            raise UserError(f"{path}: torch_autocast.dtype must be bfloat16 or float16, not {autocast.get('dtype')!r}")
+    if cfg.get("fp16", {}).get("enabled") and not has_gpu:  # DeepSpeed's fp16 weights; fp16 autocast runs anywhere
+        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32, ds_bf16 or ds_fp16")
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: zero_optimization.stage must be 0..3, not {stage!r}")
@@ -402,11 +421,26 @@ def settings(
 
 
 def precision(cfg: Mapping[str, Any]) -> str:
-    if cfg.get("fp16", {}).get("enabled"):
-        return "fp16"
-    if cfg.get("bf16", {}).get("enabled"):
-        return "bf16"
+    """What the model computes in: DeepSpeed's fp16 or bf16 weights, or torch autocast's dtype over fp32 weights."""
+    for section in HALF_SECTIONS:
+        if cfg.get(section, {}).get("enabled"):
+            return section
+    autocast = cfg.get("torch_autocast", {})
+    if autocast.get("enabled"):
+        from deepspeed.runtime.config import DtypeEnum  # DeepSpeed's own names of a dtype
+
+        return DtypeEnum(autocast["dtype"]).name
     return "fp32"
+
+
+def loop_clipping(cfg: Mapping[str, Any]) -> float:
+    """The gradient norm the training loop clips to itself, where DeepSpeed would clip the fp32 gradients one
+    tensor at a time (`gradient_clipping` with neither a 16-bit section nor ZeRO, whose wrappers clip a flat
+    buffer): about five aten ops a tensor, a thousand a step for BERT-base, where torch's foreach clipping
+    dispatches a handful for the same norm. Under fp16 autocast DeepSpeed keeps it: its loss scaler unscales
+    the gradients first."""
+    plain = zero_stage(cfg) == 0 and not any(cfg.get(s, {}).get("enabled") for s in HALF_SECTIONS)
+    return float(cfg.get("gradient_clipping", 0.0)) if plain and precision(cfg) != "fp16" else 0.0
 
 
 def zero_stage(cfg: Mapping[str, Any]) -> int:

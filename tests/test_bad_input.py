@@ -92,7 +92,7 @@ CASES = {
         lambda w: ["--deepspeed_config", w("c.json", {"train_batch_size": 10, "gradient_accumulation_steps": 3})],
         r"c.json: train_batch_size 10 is not divisible by gradient_accumulation_steps 3",
     ),
-    "fp16 on CPU": (lambda w: ["--deepspeed_config", str(CONFIG_DIR / "ds_fp16.json")], r"fp16.enabled needs a GPU"),
+    "fp16 on CPU": (lambda w: ["--deepspeed_config", str(CONFIG_DIR / "ds_zero2.json")], r"fp16.enabled needs a GPU"),
     "output dir not writable": (
         lambda w: ["--output-dir", "/proc/nope/out"],
         r"/proc/nope/out: output dir cannot be written",

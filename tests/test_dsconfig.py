@@ -50,10 +50,45 @@ def test_global_batch_only_must_divide():
     assert cfg.batch.micro == 4
 
 
-def test_fp16_without_gpu_is_refused():
-    cfg = load_ds_config(CONFIG_DIR / "ds_fp16.json")
+def test_deepspeeds_fp16_weights_without_gpu_are_refused():
+    """DeepSpeed's fp16 section needs a GPU; fp16 autocast (ds_fp16) runs on a CPU, as bf16 does."""
     with pytest.raises(UserError, match=r"fp16\.enabled needs a GPU"):
-        settings(cfg, "ds_fp16.json", world_size=1, has_gpu=False)
+        settings(load_ds_config(CONFIG_DIR / "ds_zero2.json"), "ds_zero2.json", world_size=1, has_gpu=False)
+    cfg = load_ds_config(CONFIG_DIR / "ds_fp16.json")
+    assert settings(cfg, "ds_fp16.json", world_size=1, has_gpu=False).precision == "fp16"
+
+
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        ({"torch_autocast": {"enabled": True}}, "torch_autocast.dtype must be bfloat16 or float16, not None"),
+        ({"torch_autocast": {"enabled": True, "dtype": "int8"}}, "not 'int8'"),
+        ({"torch_autocast": {"enabled": True, "dtype": "bf16"}, "bf16": {"enabled": True}}, "choose one"),
+    ],
+)
+def test_precision_sections_that_cannot_run(sections, message):
+    with pytest.raises(UserError, match=message):
+        settings({"train_micro_batch_size_per_gpu": 8, **sections}, "x.json", world_size=1, has_gpu=True)
+
+
+@pytest.mark.parametrize(
+    "name, precision, stage, loop_clip",
+    [
+        # fp32 weights at stage 0: the loop clips the whole gradient in one foreach call, DeepSpeed does not
+        ("ds_fp32", "fp32", 0, 1.0),
+        ("ds_bf16", "bf16", 0, 1.0),
+        # fp16 autocast: DeepSpeed's loss scaler unscales before it clips; ZeRO clips its flat partition itself
+        ("ds_fp16", "fp16", 0, 0.0),
+        ("ds_zero2", "fp16", 2, 0.0),
+        ("ds_zero3", "fp16", 3, 0.0),
+    ],
+)
+def test_each_shipped_config_takes_its_path(name, precision, stage, loop_clip):
+    finished = settings(load_ds_config(CONFIG_DIR / f"{name}.json"), name, world_size=2, has_gpu=True).finish(10, 0.1)
+    assert (finished.precision, finished.zero_stage, finished.loop_clip) == (precision, stage, loop_clip)
+    # one of the two clips, never both, at the config's norm
+    assert {finished.loop_clip, finished.values["gradient_clipping"]} == {0.0, 1.0}
+    assert finished.values["optimizer"]["params"]["fused"] is True  # torch's fused AdamW, on every device
 
 
 @pytest.mark.parametrize(
