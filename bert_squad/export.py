@@ -6,9 +6,10 @@ the tokenizer), in one process on a CPU, whatever ZeRO stage and number of ranks
 checkpoint holds the model's config and tokenizer itself (`hf/`), so neither the model directory the
 run started from (a hub cache may have been purged, or be on another machine) nor the ranks are needed.
 
-The weights are the ones the run would have exported at that step: ZeRO stages 0-2 keep the whole
-model in `mp_rank_00_model_states.pt`, in the training precision; ZeRO-3 keeps only fp32 shards, which
-DeepSpeed's zero_to_fp32 gathers, rounded here to the training precision as the run's parameters are.
+The weights are the fp32 ones the run would have exported at that step: under ZeRO (stages 1-3) the
+optimizer's fp32 partitions, which DeepSpeed's zero_to_fp32 gathers (`mp_rank_00_model_states.pt` holds the
+16-bit copy the model computed with, where a 16-bit section made one); at stage 0 the whole model in
+`mp_rank_00_model_states.pt`, fp32 where the run kept fp32 weights (fp32, or torch autocast).
 """
 
 import contextlib
@@ -54,8 +55,7 @@ def run(asked: Export) -> int:
             f"older bert-squad; resume it with --resume and let the run finish to export it"
         )
     tokenizer = model.load_tokenizer(hf)
-    # as the run's model was: its config says so (transformers' decorated `to` confuses type checkers)
-    module = model.empty_qa_model(hf).to(training_dtype(found.layout))
+    module = model.empty_qa_model(hf)
     state = weights(found)
     missing = sorted(set(module.state_dict()) - set(state))
     if missing:
@@ -67,16 +67,11 @@ def run(asked: Export) -> int:
 
 
 def weights(found: checkpoint.Resumable) -> dict[str, torch.Tensor]:
-    """The model's weights at the checkpoint, as the run held them, on the CPU."""
+    """The model's fp32 weights at the checkpoint (see the module's docstring), on the CPU."""
     path = found.path
-    if (path / WHOLE_MODEL).is_file():
+    if not found.layout.sharded:
         return torch.load(path / WHOLE_MODEL, map_location="cpu", weights_only=False)["module"]
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # heavy: ZeRO-3 only
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # heavy: ZeRO only
 
     with contextlib.redirect_stdout(io.StringIO()):  # it prints what it reads
-        state = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
-    return {name: tensor.to(training_dtype(found.layout)) for name, tensor in state.items()}
-
-
-def training_dtype(layout: checkpoint.Layout) -> torch.dtype:
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision or "fp32", torch.float32)
+        return get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)

@@ -244,14 +244,23 @@ def _weights_reason(err: BaseException) -> str:
 
 
 def gathered_state_dict(engine: "DeepSpeedEngine") -> Optional[dict[str, "torch.Tensor"]]:
-    """The whole model's weights on rank 0 (None elsewhere under ZeRO-3); every rank must call it.
+    """The whole model's fp32 weights on rank 0 (None elsewhere under ZeRO-3); every rank must call it.
 
-    Under ZeRO-3 each rank holds a slice of every parameter and `state_dict()` returns empty tensors;
-    DeepSpeed gathers them layer by layer onto rank 0 (whatever stage3_gather_16bit_weights_on_model_save
-    says: the export always needs them)."""
-    if engine.zero_optimization_partition_weights():
-        return engine._zero3_consolidated_16bit_state_dict()
-    return engine.module.state_dict()
+    Where DeepSpeed computes in 16-bit weights (an fp16 or bf16 section), its optimizer holds the fp32 master
+    copy they are rounded from: those are the weights, gathered from every rank's partition under ZeRO. Under
+    ZeRO-3 the module itself holds only empty stand-ins, but its buffers whole. (DeepSpeed's 16-bit wrappers
+    at stage 0 keep no copy it hands out: their 16-bit weights are exported.)"""
+    from deepspeed.utils import safe_get_full_fp32_param  # heavy: with the engine
+
+    params = dict(engine.module.named_parameters(remove_duplicate=False))
+    keeps = engine.global_rank == 0 or not engine.zero_optimization_partition_weights()
+    state = {}
+    for name, tensor in engine.module.state_dict().items():
+        # None for a buffer, and where the module's own parameter is the fp32 weight (no 16-bit section)
+        master = safe_get_full_fp32_param(params[name]) if name in params else None  # a collective under ZeRO
+        if keeps:
+            state[name] = tensor if master is None else master
+    return state if keeps else None
 
 
 def export(

@@ -317,6 +317,24 @@ def test_the_resumed_runs_finish_and_export(chain):
 
 @pytest.mark.slow
 @pytest.mark.mpi
+def test_the_export_holds_the_optimizers_fp32_weights(chain):
+    """The final export is the fp32 weights the optimizer held at the last step (the tap's dump before the step-6
+    checkpoint: ZeRO's gathered master partitions, or the module's own fp32 weights under autocast), not the
+    16-bit copy a bf16 run computed with cast back up: hardly an element of it is a bf16 value."""
+    from safetensors.torch import load_file
+
+    exported = load_file(chain.out / "model.safetensors")
+    saved = torch.load(chain.dumps / "saved-step6.pt")["tensors"]
+    assert saved.keys() <= exported.keys()
+    for name, (weight, _, _) in saved.items():
+        assert exported[name].dtype == torch.float32 and torch.equal(exported[name], weight), name
+    elements = sum(t.numel() for t in exported.values())
+    in_bf16 = sum(int((t == t.to(torch.bfloat16).float()).sum()) for t in exported.values())
+    assert in_bf16 < 0.05 * elements, f"{in_bf16} of {elements} exported values are bf16 values"
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, sample_dev):
     """`bert-squad export` of the step-6 checkpoint (2 ranks wrote it) in one process gives the run's
     final export: the same weights, config, modelling file and logits; evaluate and answer take it."""
