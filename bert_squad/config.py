@@ -228,6 +228,10 @@ class SpeedConfig:
 
     pad_to_max_length: bool = option(False, "pad every batch to --max-seq-length (for comparison)")
     compile: bool = option(False, "torch.compile the model")
+    tf32: bool = option(
+        False,
+        "fp32 matrix products on an NVIDIA GPU's tensor cores in TF32 (10-bit mantissa), as Hugging Face's --tf32",
+    )
     peak_tflops: Optional[float] = option(None, "device peak for MFU when not in the built-in table")
 
     def __post_init__(self) -> None:

@@ -20,13 +20,13 @@ Shape = tuple[int, Optional[int], Optional[int]]
 Reduce = Callable[[list[float]], list[float]]
 Rates = dict[str, Optional[float]]  # samples/s, tokens/s, TFLOP/s per device, MFU, mean loss (None: not known)
 
-# Dense tensor-core peak TFLOP/s per device for 16-bit math, and for fp32 where it differs (TF32 is not
-# used by default in PyTorch matmuls, so fp32 runs are measured against the plain FP32 peak).
+# Dense tensor-core peak TFLOP/s per device for 16-bit math, for plain fp32 (PyTorch's default for fp32 matrix
+# products) and for TF32 (--tf32), from NVIDIA's and AMD's data sheets.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"bf16": 989, "fp16": 989, "fp32": 67},
-    "H100 PCIe": {"bf16": 756, "fp16": 756, "fp32": 51},
-    "H100": {"bf16": 989, "fp16": 989, "fp32": 67},
-    "A100": {"bf16": 312, "fp16": 312, "fp32": 19.5},
+    "H200": {"bf16": 989, "fp16": 989, "fp32": 67, "tf32": 494.7},
+    "H100 PCIe": {"bf16": 756, "fp16": 756, "fp32": 51, "tf32": 378},
+    "H100": {"bf16": 989, "fp16": 989, "fp32": 67, "tf32": 494.7},
+    "A100": {"bf16": 312, "fp16": 312, "fp32": 19.5, "tf32": 156},
     "V100": {"fp16": 125, "fp32": 15.7},
     "P100": {"fp16": 18.7, "fp32": 9.3},
     "MI250X": {"bf16": 191.5, "fp16": 191.5, "fp32": 47.9},  # per GCD, which is what one rank drives
