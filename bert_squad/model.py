@@ -7,6 +7,7 @@ An encoder family transformers ships without a question-answering class gets the
 """
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -273,6 +274,11 @@ def export(
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
     module.save_pretrained(str(tmp), state_dict=state)
+    # The config names the dtype of the weights written (fp32), where save_pretrained names the one the model
+    # computed in (16 bits under DeepSpeed's fp16 or bf16 section), which from_pretrained(dtype="auto") would load.
+    config = copy.deepcopy(module.config)
+    setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", "float32")  # 5.x, 4.x
+    config.save_pretrained(str(tmp))
     _write_span_head(module, tmp)
     save_tokenizer(tokenizer, tmp)
     for f in tmp.iterdir():
