@@ -57,10 +57,11 @@ def plan_line(total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig
     b, facts = ds_config.batch, engine_facts(engine)
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
+    clip = f", gradient norm clipped to {ds_config.loop_clip:g} in one foreach call" if ds_config.loop_clip else ""
     return (
         f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
         f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
-        f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}"
+        f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}{clip}"
     )
 
 

@@ -95,6 +95,9 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     engine = metrics["engine"]
     assert engine["optimizer"] == "torch.optim.adamw.AdamW" and engine["skipped_steps"] == 0, engine
     assert "optimizer torch.optim.adamw.AdamW" in r.stdout
+    # fp32 weights without a loss scaler: the loop clips (dsconfig.loop_clipping); else DeepSpeed does
+    clipped_by_the_loop = "gradient norm clipped to 1 in one foreach call" in r.stdout
+    assert clipped_by_the_loop == (name in ("ds_fp32", "ds_bf16")), r.stdout[-3000:]
     assert [log["step"] for log in metrics["logs"]] == [1, 2] and metrics["last_log"] == metrics["logs"][-1]
     assert metrics["weights_sha256_per_rank"] == [] and not (out / "model.safetensors").exists()
     assert "no model (--no-export)" in r.stdout
