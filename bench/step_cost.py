@@ -147,7 +147,7 @@ def row(name: str, ops: collections.Counter, floor: collections.Counter, by_op: 
     changes = sorted(
         ((ops[op] - floor[op], op) for op in ops | floor if ops[op] != floor[op]), key=lambda c: -abs(c[0])
     )
-    return {**counts, "x_floor": total / sum(floor.values()), "differs": {op: n for n, op in changes[:by_op]}}
+    return {**counts, "x_floor": total / sum(floor.values()), "differs": {op: n for n, op in changes[: by_op or 0]}}
 
 
 def main() -> None:

@@ -437,10 +437,9 @@ def loop_clipping(cfg: Mapping[str, Any]) -> float:
     """The gradient norm the training loop clips to itself, where DeepSpeed would clip the fp32 gradients one
     tensor at a time (`gradient_clipping` with neither a 16-bit section nor ZeRO, whose wrappers clip a flat
     buffer): about five aten ops a tensor, a thousand a step for BERT-base, where torch's foreach clipping
-    dispatches a handful for the same norm. Under fp16 autocast DeepSpeed keeps it: its loss scaler unscales
-    the gradients first."""
+    dispatches a handful for the same norm."""
     plain = zero_stage(cfg) == 0 and not any(cfg.get(s, {}).get("enabled") for s in HALF_SECTIONS)
-    return float(cfg.get("gradient_clipping", 0.0)) if plain and precision(cfg) != "fp16" else 0.0
+    return float(cfg.get("gradient_clipping", 0.0)) if plain else 0.0
 
 
 def zero_stage(cfg: Mapping[str, Any]) -> int:

@@ -287,7 +287,7 @@ def loop(run: Run) -> int:
                 loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
                 engine.backward(loss)
                 if clip and engine.is_gradient_accumulation_boundary():  # the whole step's gradients, averaged
-                    torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+                    clip_gradients(engine, params, clip)
                 engine.step()
                 run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
             # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)
@@ -317,6 +317,14 @@ def loop(run: Run) -> int:
                 return EXIT_STOPPED
             shown.advance(progress.step, run.last_rates)
     return 0
+
+
+def clip_gradients(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Parameter], max_norm: float) -> None:
+    """Clip the step's gradients to `max_norm` in one foreach call, on the device; under fp16 autocast the engine's
+    loss scaler unscales them first (its step then knows they are, and skips a step whose gradients overflowed)."""
+    if engine.torch_autocast_z0_gradscaler:
+        engine.torch_autocast_z0_gradscaler.unscale_(engine.optimizer)
+    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
 def save_checkpoint(run: Run) -> None:

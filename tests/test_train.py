@@ -7,7 +7,8 @@ import re
 import shutil
 
 import pytest
-from helpers import MPIRUN, ROOT, TINY_WINDOWS, put_in_hub_cache, run_bert_squad, zero_on_cpu
+import torch
+from helpers import MPIRUN, ROOT, TINY_WINDOWS, put_in_hub_cache, run_bert_squad, tiny_run_args, zero_on_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
@@ -95,12 +96,39 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     engine = metrics["engine"]
     assert engine["optimizer"] == "torch.optim.adamw.AdamW" and engine["skipped_steps"] == 0, engine
     assert "optimizer torch.optim.adamw.AdamW" in r.stdout
-    # fp32 weights without a loss scaler: the loop clips (dsconfig.loop_clipping); else DeepSpeed does
+    # fp32 weights at stage 0: the loop clips (dsconfig.loop_clipping); ZeRO's optimizer clips its own partition
     clipped_by_the_loop = "gradient norm clipped to 1 in one foreach call" in r.stdout
-    assert clipped_by_the_loop == (name in ("ds_fp32", "ds_bf16")), r.stdout[-3000:]
+    assert clipped_by_the_loop == (name in ("ds_fp32", "ds_bf16", "ds_fp16")), r.stdout[-3000:]
     assert [log["step"] for log in metrics["logs"]] == [1, 2] and metrics["last_log"] == metrics["logs"][-1]
     assert metrics["weights_sha256_per_rank"] == [] and not (out / "model.safetensors").exists()
     assert "no model (--no-export)" in r.stdout
+
+
+@pytest.mark.parametrize("name", ["ds_fp32", "ds_bf16"])
+def test_the_loops_clipping_trains_as_deepspeeds(name, tiny_model, sample_train, tmp_path):
+    """The loop's one foreach clip (stage 0) against DeepSpeed's own clipping of the same config at ZeRO stage 1
+    on one rank (its optimizer clips its flat fp32 partition): the same arithmetic, so the same losses and
+    weights to rounding, three steps at a learning rate whose gradients are clipped; unclipped, they differ."""
+    from safetensors.torch import load_file
+
+    base = json.loads((ROOT / "bert_squad" / "configs" / f"{name}.json").read_text())
+    configs = {
+        "loop": base,
+        "deepspeed": dict(base, zero_optimization={"stage": 1}),
+        "unclipped": dict(base, gradient_clipping=0.0),
+    }
+    weights, runs = {}, {}
+    for how, cfg in configs.items():
+        (tmp_path / f"{how}.json").write_text(json.dumps(cfg))
+        args = ["--deepspeed_config", tmp_path / f"{how}.json", "--max-steps", 3, "--log-every", 1, "--no-eval"]
+        r = run_bert_squad(*tiny_run_args(tiny_model, sample_train, tmp_path / how, "--learning-rate", "5e-3", *args))
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[how], weights[how] = losses(r.stdout), load_file(str(tmp_path / how / "model.safetensors"))
+    assert "in one foreach call" not in r.stdout  # the last run, unclipped: the loop clips nothing either
+    assert runs["loop"] == pytest.approx(runs["deepspeed"], rel=1e-4) and len(runs["loop"]) == 3
+    for key, tensor in weights["loop"].items():
+        assert torch.allclose(tensor, weights["deepspeed"][key], rtol=1e-4, atol=1e-6), key
+    assert any(not torch.allclose(t, weights["unclipped"][k], rtol=1e-3, atol=1e-5) for k, t in weights["loop"].items())
 
 
 def steps_planned(stdout):
