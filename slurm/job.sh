@@ -154,7 +154,8 @@ case "$RUNTIME" in
     for m in "${MOUNTS[@]}"; do RUN+=(-b "$m:$m"); done
     RUN+=("${RUNTIME_FLAGS[@]}")
     # ch-run binds only onto paths the image has (the host's /tmp is bound at /tmp), /etc/hosts included:
-    # try it once here, and that the ranks can resolve the master (else the rendezvous waits forever).
+    # try it once here, and that the ranks can resolve the master, the allocation's first node, where the ranks'
+    # step (which spans the allocation) starts (else the rendezvous waits forever).
     nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
     out=$("${RUN[@]}" "$IMAGE" -- true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
     # The image's ENV (ch-image keeps it in /ch/environment), as Sarus and Singularity apply theirs.
@@ -213,8 +214,10 @@ case "$LAUNCHER" in
 esac
 CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMAND[@]}" "${TRAIN_ARGS[@]}")
 
-# Rendezvous: every rank derives MASTER_ADDR (first host of SLURM_JOB_NODELIST) and MASTER_PORT (from
-# the job id, so two jobs sharing a node don't collide) itself, in bert_squad.distributed.detect.
+# Rendezvous: every rank derives MASTER_ADDR and MASTER_PORT itself (bert_squad.distributed.slurm_rendezvous,
+# the one rule): under srun the first node of the ranks' step and a port from the job id and the step id, so
+# two jobs sharing a node, or two steps of one job, don't collide; under mpirun the first node of the job.
+# This step spans the allocation, so its first node is the job's.
 echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), nodes $SLURM_JOB_NODELIST"
 echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}${BERT_SQUAD_EDF:+ environment $BERT_SQUAD_EDF}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
 printf 'bert-squad: training arguments:'; printf ' %q' "${TRAIN_ARGS[@]}"; echo
