@@ -112,9 +112,15 @@ read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 # 2. The container runtime, then the cache check in its image.
 # >>> each runtime's launch: it wraps every rank's command (RUN), or is options of srun (CONTAINER).
 CONTAINER=()
+# What the one task before the ranks runs in the image (the download, or the cache check).
+# shellcheck disable=SC2016  # expanded inside the container
+IN_IMAGE='cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"'
 case "$RUNTIME" in
   ce)  # CSCS Container Engine: the EDF names the image, mounts and environment.
     CONTAINER=("--environment=$BERT_SQUAD_EDF" "${RUNTIME_FLAGS[@]}")
+    # Only the EDF's mounts are inside: what the job needs of the host must be among them, or a cache outside
+    # them would be filled in the container and lost with it, or found empty. Checked where IN_IMAGE runs.
+    IN_IMAGE="for m in$(printf ' %q' "${MOUNTS[@]}"); do [ -d \"\$m\" ] || { echo \"bert-squad: error: \$m is not inside the container: add it to the mounts of \$BERT_SQUAD_EDF\" >&2; exit 2; }; done; $IN_IMAGE"
     RUN=() ;;
   pyxis)
     # srun keeps the last of a repeated --container-mounts or --container-env: the runtime flags' join ours.
@@ -180,15 +186,14 @@ ONCE=("${RUN[@]}")
 # `sbatch <site script> download --model ...`: fill the cache from inside the image, once, then stop
 # (`download` goes online for itself, whatever the image says about offline mode).
 if [ "${TRAIN_ARGS[0]:-}" = download ]; then
-  exec "${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"' bert-squad "${TRAIN_ARGS[@]}"
+  exec "${ONCE[@]}" bash -c "$IN_IMAGE" bert-squad "${TRAIN_ARGS[@]}"
 fi
 
 # Fail here, in seconds, rather than in every rank after the containers started: the package itself
 # says whether the run's model and dataset are in the cache (one definition of its layout).
 # Its error line alone, without the launcher's own ("srun: error: ... Exited with exit code 2").
 # shellcheck disable=SC2016  # expanded inside the container
-if ! out=$("${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad check-cache "$@" >/dev/null' \
-    check-cache "${TRAIN_ARGS[@]}" "${CHECK_ARGS[@]}" 2>&1); then
+if ! out=$("${ONCE[@]}" bash -c "$IN_IMAGE >/dev/null" check-cache check-cache "${TRAIN_ARGS[@]}" "${CHECK_ARGS[@]}" 2>&1); then
   grep '^bert-squad' <<< "$out" >&2 || echo "$out" >&2
   exit 2
 fi

@@ -74,13 +74,20 @@ def test_daint_dry_run(capsys, nodes):
 @pytest.mark.parametrize("name", ["daint.toml", "daint-ngc.toml"])
 def test_daint_edfs_are_toml_with_the_reference_keys(name, tmp_path):
     """The EDFs beside the Daint script parse as TOML, use only the EDF reference's keys with their types
-    (cscs-docs software/container-engine/edf.md), and take the job's paths from its environment. The Alps
-    Extended Image shape (alps-extended-images.md): entrypoint on, the CXI hook off, no AWS OFI NCCL hook;
-    the plain NGC one: that hook (resource-hook.md). Both: CSCS's PyTorch settings (ml/pytorch.md)."""
+    (cscs-docs software/container-engine/edf.md), and mount what slurm/job.sh binds for the other runtimes
+    (the scratch, the checkout, the cache), named from the job's environment. The Alps Extended Image shape
+    (alps-extended-images.md): entrypoint on, the CXI hook off, no AWS OFI NCCL hook; the plain NGC one:
+    that hook (resource-hook.md). Both: CSCS's PyTorch settings (ml/pytorch.md)."""
     doc = tomllib.loads((ROOT / "slurm" / name).read_text())
     assert problems(doc) == []
-    doc = expanded(doc, {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r"})
-    assert doc["image"] == "/i.sqsh" and doc["workdir"] == "/r" and doc["mounts"] == ["/s:/s", "/r:/r"]
+    # Under the CE only the EDF's mounts are inside: every folder slurm/job.sh binds for the other runtimes.
+    bound = re.search(r"^for dir in ((?:\"\$\w+\" ?)+); do$", JOB_SH.read_text(), re.M).group(1)
+    names = re.findall(r"\$(\w+)", bound)
+    assert names == ["BERT_SQUAD_SCRATCH", "BERT_SQUAD_REPO", "BERT_SQUAD_CACHE"]
+    assert doc["mounts"] == [f"${{{n}}}:${{{n}}}" for n in names]
+    env = {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r", "BERT_SQUAD_CACHE": "/c"}
+    doc = expanded(doc, env)
+    assert doc["image"] == "/i.sqsh" and doc["workdir"] == "/r" and doc["mounts"] == ["/s:/s", "/r:/r", "/c:/c"]
     assert doc["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert all(doc["env"][v] == "1" for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
     hooks = doc["annotations"]["com"]["hooks"]
