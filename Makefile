@@ -23,6 +23,7 @@ CH_IMAGE ?= $(or $(BERT_SQUAD_CH_IMAGE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/b
 .PHONY: demo test test-compat compat-env test-fast lint system-deps ch-image pins minilm-dir gpu-kit clean
 
 $(STAMP): setup.cfg pyproject.toml $(PINS)
+	@python3 tools/python_floor.py  # setup.cfg's python_requires, which the pins need: one line on an older python3
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -c $(PINS) --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -c $(PINS) "$(TORCH_SPEC)"
