@@ -141,6 +141,6 @@ def tiny_eurobert(tmp_path_factory):
 
 # A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, a real
 # multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py), and the
-# Container Engine's stand-in (tests/test_container_engine.py).
+# Container Engine's stand-in (tests/test_edf_contract.py).
 from ce_cluster import ce_cluster, ce_image, ce_srun  # noqa: E402,F401
 from slurm_cluster import multinode_cluster, slurm_cluster  # noqa: E402,F401

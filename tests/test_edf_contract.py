@@ -1,6 +1,10 @@
-"""The job scripts' CSCS Container Engine path (`BERT_SQUAD_RUNTIME=ce`: srun --environment=EDF) in real
-containers on a local Slurm: tests/ce_srun.py carries each key of the EDF into Charliecloud's ch-run, which
-stands in for the CE here (its docstring says what of the EDF that exercises, and how).
+"""The contract of the job scripts' CSCS Container Engine path (`BERT_SQUAD_RUNTIME=ce`: srun
+--environment=EDF) and of the Daint EDFs with the CE as cscs-docs' edf.md documents it, held on a real runtime
+on a local Slurm. The CE itself (Enroot, Pyxis, CSCS's hooks) exists only at CSCS and is not run: srun is
+tests/ce_srun.py, the test's own reading of edf.md (its docstring says what it carries, and how), which starts
+each task in Charliecloud's ch-run. What this proves is that slurm/job.sh and the EDFs do what edf.md says
+the CE needs, and that the job then works in real containers; a CE that reads edf.md otherwise than
+tests/ce_srun.py does, or fails by itself, would pass here.
 
 The image (tests/ce_cluster.py) is the Charliecloud tests' Debian minbase as a .sqsh whose environment says
 offline and which has an entrypoint; Python is not in it, so the test's interpreter is mounted in: by the
@@ -82,7 +86,7 @@ def assert_same_weights_on_both_ranks(out):
     return metrics
 
 
-def test_two_ranks_train_and_evaluate_in_ce_containers(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+def test_two_ranks_train_and_evaluate_in_edf_containers(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
     """2 ranks train and evaluate in the EDF's containers: equal weights on both, the predictions those of one
     process outside any container; each rank saw the host's environment under the image's under the EDF's."""
     scratch = tmp_path / "scratch"
@@ -104,7 +108,7 @@ def test_two_ranks_train_and_evaluate_in_ce_containers(ce_cluster, ce_image, ce_
     assert ce_srun.leftovers() == []
 
 
-def test_end_of_job_signal_in_ce_containers_requeues_and_resumes(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+def test_end_of_job_signal_in_edf_containers_requeues_and_resumes(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
     """USR1 to the batch shell -> srun -> the ranks inside their containers: one checkpoint, exit 75, the job
     requeues itself and the requeued run resumes from that checkpoint and finishes."""
     scratch = tmp_path / "scratch"
@@ -134,7 +138,7 @@ def test_end_of_job_signal_in_ce_containers_requeues_and_resumes(ce_cluster, ce_
 
 
 @pytest.mark.parametrize("case", ["image", "mount", "unmounted", "output"])
-def test_what_a_ce_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, case):
+def test_what_an_edf_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, case):
     """A missing image, a missing mount source, a cache the EDF does not mount (elsewhere than the scratch)
     and an output dir the container cannot write: one line, exit 2, before any rank starts (the last two from
     the task run once inside the image)."""
