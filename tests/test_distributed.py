@@ -47,6 +47,56 @@ def test_open_mpi_multi_node_takes_first_slurm_host_and_job_port():
     assert (d.rank, d.local_rank, d.master_addr, d.master_port) == (5, 1, "nid001234", job_port(4242))
 
 
+def srun_task(rank, size, **step):
+    """What srun gives task `rank` of a `size`-task step of job 4242, whose allocation is nid[001-002]."""
+    return {
+        "SLURM_PROCID": str(rank),
+        "SLURM_STEP_NUM_TASKS": str(size),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_JOB_NODELIST": "nid[001-002]",
+        "SLURM_JOB_ID": "4242",
+        **step,
+    }
+
+
+def test_a_step_on_part_of_the_allocation_meets_on_its_own_first_node():
+    """`srun -N1 -w nid002` inside a nid[001-002] job: the ranks meet on nid002, a host of their step, also
+    behind the job template's RANK/WORLD_SIZE; without the step's node list (an older Slurm), on the job's."""
+    step = {"SLURM_STEP_NODELIST": "nid002", "SLURM_STEP_ID": "1"}
+    for env in (srun_task(1, 2, **step), {**srun_task(1, 2, **step), "RANK": "1", "WORLD_SIZE": "2"}):
+        assert (detect(env).master_addr, detect(env).master_port) == ("nid002", job_port(4242, 1))
+    assert detect(srun_task(1, 2, SLURM_STEP_ID="1")).master_addr == "nid001"
+
+
+def test_two_steps_of_one_job_meet_on_different_ports():
+    """Steps 0 and 1 of job 4242 (a sweep packed into one allocation, or two sruns after salloc) on the same
+    nodes; no two of a job's first thousand steps share a port, and none is an ephemeral one."""
+    ports = [detect(srun_task(0, 2, SLURM_STEP_ID=str(step))).master_port for step in (0, 1)]
+    assert ports[0] != ports[1]
+    assert ports[0] == job_port(4242) == 20000 + 4242  # step 0: the job's port, as before steps counted
+    every = {job_port(4242, step) for step in range(1000)}
+    assert len(every) == 1000 and all(20000 <= p < 32768 for p in every)
+
+
+def test_mpiruns_ranks_agree_though_their_steps_differ():
+    """As seen on the multinode test cluster: under mpirun the ranks on mpirun's node are in no step, those on
+    the other nodes in its daemons' step (step 0, one task a node). Every rank takes the job's first node and
+    the port of the job with mpirun's namespace, so two mpiruns of one job meet apart; also where the
+    daemons' step has as many tasks as the world (3 nodes, 2 ranks)."""
+    ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "SLURM_JOB_ID": "4242"}
+    local = {**ompi, "OMPI_COMM_WORLD_RANK": "0", "SLURM_JOB_NODELIST": "nid[001-003]", "PMIX_NAMESPACE": "2050359297"}
+    remote = {
+        **local,
+        "OMPI_COMM_WORLD_RANK": "1",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": "nid[002-003]",
+        "SLURM_STEP_NUM_TASKS": "2",
+    }
+    met = {(detect(env).master_addr, detect(env).master_port) for env in (local, remote)}
+    assert met == {("nid001", job_port(4242, "2050359297"))}
+    assert detect({**local, "PMIX_NAMESPACE": "2050359298"}).master_port not in {port for _, port in met}
+
+
 def test_a_launcher_is_seen_behind_the_job_templates_rank():
     """The job template sets RANK from the launcher's variables; the ranks still know mpirun started them
     (so no progress bar goes into the batch log through Open MPI's pty); torchrun's RANK alone is no launcher."""
@@ -126,6 +176,11 @@ def test_explicit_env_wins_over_launcher_variables():
             },
             "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list",
         ),
+        (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_NODELIST": "nid[2"},
+            "SLURM_STEP_NODELIST=nid[2: not a Slurm node list",
+        ),
+        ({**srun_task(0, 2), "SLURM_STEP_ID": "batch"}, "SLURM_STEP_ID=batch: not a whole number"),
         (
             {
                 "SLURM_PROCID": "0",
