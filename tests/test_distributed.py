@@ -231,13 +231,8 @@ def test_padded_gather_gives_rank_0_each_ranks_tensor_at_its_own_width(tmp_path)
     """)
     )
     launcher = [*MPIRUN[:-1], "3"]
-    r = subprocess.run(
-        [*launcher, PYTHON, script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **launcher_env(launcher)},
-    )
+    env = {**os.environ, **launcher_env(launcher)}
+    r = subprocess.run([*launcher, PYTHON, script], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     got = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(3)]
     assert got[0] == [
