@@ -275,6 +275,20 @@ def gather_to_rank0(obj: T, dist: DistEnv) -> list[T] | None:
     return out
 
 
+def gather_padded_to_rank0(mine: torch.Tensor, widths: Sequence[int], dist: DistEnv) -> list[torch.Tensor] | None:
+    """Every rank's tensor, in rank order, on rank 0 (None elsewhere); rank r's last dimension is `widths[r]`
+    long (every rank knows them all), its other dimensions the same on all. Each goes as one fixed-shape
+    tensor padded to the widest, not as a pickled object: a rank holds only its own share, and rank 0 the
+    gathered ones."""
+    if not is_initialized():
+        return [mine]
+    padded = torch.zeros((*mine.shape[:-1], max(widths)), dtype=mine.dtype, device=_backend_device())
+    padded[..., : mine.shape[-1]] = mine
+    out = [torch.empty_like(padded) for _ in widths] if dist.rank == 0 else None
+    td.gather(padded, out, dst=0)
+    return None if out is None else [t[..., :width].cpu() for t, width in zip(out, widths)]
+
+
 def broadcast_from_rank0(obj: T) -> T:
     """Rank 0's Python object, on every rank."""
     if not is_initialized():
@@ -288,11 +302,15 @@ def backend() -> str:
     return td.get_backend() if is_initialized() else "none"
 
 
+def _backend_device() -> torch.device:
+    """Where the process group's collectives take their tensors: NCCL (and RCCL, under the same name) this
+    rank's GPU, gloo the host."""
+    return torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _reduce(values: Sequence[float], op: Any) -> list[float]:
     """One small all-reduce, read back on the host: a host sync (it waits for the kernels queued before it)."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if td.get_backend() == "nccl":
-        t = t.cuda()
+    t = torch.tensor(values, dtype=torch.float64, device=_backend_device())
     td.all_reduce(t, op=op)
     return t.tolist()
 

@@ -1,5 +1,6 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import json
 import os
 import subprocess
 import textwrap
@@ -262,6 +263,39 @@ def test_ranks_leave_the_process_group_together(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     for rank in (0, 1):
         assert (tmp_path / f"rank{rank}.txt").read_text() == "rank 0 done: True group alive: False", rank
+
+
+@pytest.mark.mpi
+def test_padded_gather_gives_rank_0_each_ranks_tensor_at_its_own_width(tmp_path):
+    """Rank r sends 2 rows of widths[r] numbers (rank 1 none at all); rank 0 gets each as sent, the others
+    nothing."""
+    script = tmp_path / "gather.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import json, os, torch
+        from bert_squad import distributed, runtime
+        runtime.prepare(deepspeed=True)
+        dist = distributed.detect()
+        widths = [3, 0, 5]
+        with distributed.process_group(dist):
+            mine = torch.arange(2 * widths[dist.rank], dtype=torch.float32).reshape(2, -1) + 100 * dist.rank
+            parts = distributed.gather_padded_to_rank0(mine, widths, dist)
+        got = None if parts is None else [p.tolist() for p in parts]
+        with open(os.path.join({str(tmp_path)!r}, f"rank{{dist.rank}}.json"), "w") as f:
+            json.dump(got, f)
+    """)
+    )
+    launcher = [*MPIRUN[:-1], "3"]
+    env = {**os.environ, **launcher_env(launcher)}
+    r = subprocess.run([*launcher, PYTHON, script], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(3)]
+    assert got[0] == [
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+        [[], []],
+        [[200.0 + i for i in range(5)], [205.0 + i for i in range(5)]],
+    ]
+    assert got[1] is None and got[2] is None
 
 
 def test_leaving_the_group_ends_gloos_threads(tmp_path):
