@@ -44,16 +44,23 @@ class DistEnv:
         return self.rank == 0
 
 
-def job_port(job_id: int | str) -> int:
-    """The rendezvous port of a job, derived from its id (Slurm's job id, or the PMIx namespace mpirun gives
-    all its ranks) so two jobs sharing a node do not collide.
+def job_port(job_id: int | str, step: int | str = 0) -> int:
+    """The rendezvous port of a job's run, derived from the job's id (Slurm's job id, or the PMIx namespace
+    mpirun gives all its ranks) and the run's step within it (Slurm's step id, or mpirun's namespace inside a
+    Slurm job), so two jobs sharing a node do not collide, nor two steps of one job.
 
-    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port. It stays
-    below Linux's default range of ephemeral ports (32768-60999): a port in it can be taken by any outgoing
-    connection first, a rank's own connection to the rendezvous included (a TCP self-connect, which leaves
-    rank 0 unable to listen and the others waiting on themselves)."""
-    key = int(job_id) if str(job_id).isdigit() else zlib.crc32(str(job_id).encode())
-    return 20000 + key % 12000
+    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port. Step 0 of
+    job j gets 20000 + j mod 12000; each further step moves it on by 7919, a prime that does not divide 12000,
+    so the steps of one job never share a port. It stays below Linux's default range of ephemeral ports
+    (32768-60999): a port in it can be taken by any outgoing connection first, a rank's own connection to the
+    rendezvous included (a TCP self-connect, which leaves rank 0 unable to listen and the others waiting on
+    themselves)."""
+    return 20000 + (_key(job_id) + 7919 * _key(step)) % 12000
+
+
+def _key(value: int | str) -> int:
+    """A whole number for an id: itself if it is one, else a checksum of its text (a PMIx namespace)."""
+    return int(value) if str(value).isdigit() else zlib.crc32(str(value).encode())
 
 
 # Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.
@@ -89,27 +96,7 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
             break
     else:
         launcher, rank, size, local = "single", 0, 1, 0
-    if "MASTER_ADDR" in env:
-        addr = env["MASTER_ADDR"]
-        if not addr.strip():
-            raise UserError("MASTER_ADDR is set but empty: unset it or give the first node's address")
-    elif "SLURM_JOB_NODELIST" in env and size > 1:
-        addr = _first_host(env["SLURM_JOB_NODELIST"])
-    elif size == 1 or _single_node(env, size):
-        addr = "127.0.0.1"
-    else:
-        raise UserError(
-            "cannot tell the master address of a multi-node run: set MASTER_ADDR "
-            "(the Slurm templates set it from SLURM_JOB_NODELIST)"
-        )
-    if "MASTER_PORT" in env:
-        port = env_number(env, "MASTER_PORT", low=1, high=65535)
-    elif "SLURM_JOB_ID" in env:
-        port = job_port(env_number(env, "SLURM_JOB_ID"))
-    elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
-        port = job_port(env["PMIX_NAMESPACE"])
-    else:
-        port = DEFAULT_PORT if size > 1 else _free_port()
+    addr, port = _master(env, size)
     return DistEnv(rank, size, local, addr, port, launcher)
 
 
@@ -126,11 +113,58 @@ def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None
     return number
 
 
-def _first_host(nodelist: str) -> str:
+def slurm_rendezvous(env: Mapping[str, str], size: int) -> tuple[str, int] | None:
+    """Where the `size` ranks of a Slurm job meet: (the variable whose first node is the master, the port);
+    None outside a Slurm job.
+
+    When srun started every rank as a task of one step (not mpirun, and the step has `size` tasks), they
+    meet on the step's first node, which need not be the job's (`srun -N1` on the second node of two), at
+    the port of the job's id and the step's, so two steps of one job meet apart. mpirun's ranks share no
+    step (those on other nodes than mpirun's own are in its daemons' step, the others in none): rank 0 runs
+    on the job's first node, and mpirun's PMIx namespace, the same on every rank, stands for the step."""
+    if "SLURM_JOB_ID" not in env:
+        return None
+    job = env_number(env, "SLURM_JOB_ID")
+    if "OMPI_COMM_WORLD_SIZE" not in env and env.get("SLURM_STEP_NUM_TASKS") == str(size) and "SLURM_STEP_ID" in env:
+        nodes = "SLURM_STEP_NODELIST" if "SLURM_STEP_NODELIST" in env else "SLURM_JOB_NODELIST"
+        return nodes, job_port(job, env_number(env, "SLURM_STEP_ID"))
+    return "SLURM_JOB_NODELIST", job_port(job, env.get("PMIX_NAMESPACE", 0))
+
+
+def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
+    """MASTER_ADDR and MASTER_PORT: as exported, else from Slurm's step or job, else this machine."""
+    slurm = None if "MASTER_ADDR" in env and "MASTER_PORT" in env else slurm_rendezvous(env, size)
+    if "MASTER_ADDR" in env:
+        addr = env["MASTER_ADDR"]
+        if not addr.strip():
+            raise UserError("MASTER_ADDR is set but empty: unset it or give the first node's address")
+    elif slurm and slurm[0] in env and size > 1:
+        addr = _first_host(env, slurm[0])
+    elif size == 1 or _single_node(env, size):
+        addr = "127.0.0.1"
+    else:
+        raise UserError(
+            "cannot tell the master address of a multi-node run: set MASTER_ADDR "
+            "(under Slurm each rank takes the first node of its step, or of its job under mpirun)"
+        )
+    if "MASTER_PORT" in env:
+        port = env_number(env, "MASTER_PORT", low=1, high=65535)
+    elif slurm:
+        port = slurm[1]
+    elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
+        port = job_port(env["PMIX_NAMESPACE"])
+    else:
+        port = DEFAULT_PORT if size > 1 else _free_port()
+    return addr, port
+
+
+def _first_host(env: Mapping[str, str], name: str) -> str:
+    """The first node of the Slurm node list in env[name] (python-hostlist reads Slurm's notation)."""
+    nodelist = env[name]
     try:
         return hostlist.expand_hostlist(nodelist)[0]
     except (hostlist.BadHostlist, IndexError) as err:
-        raise UserError(f"SLURM_JOB_NODELIST={nodelist}: not a Slurm node list ({err or 'empty'})") from None
+        raise UserError(f"{name}={nodelist}: not a Slurm node list ({err or 'empty'})") from None
 
 
 def _single_node(env: Mapping[str, str], size: int) -> bool:
@@ -241,6 +275,20 @@ def gather_to_rank0(obj: T, dist: DistEnv) -> list[T] | None:
     return out
 
 
+def gather_padded_to_rank0(mine: torch.Tensor, widths: Sequence[int], dist: DistEnv) -> list[torch.Tensor] | None:
+    """Every rank's tensor, in rank order, on rank 0 (None elsewhere); rank r's last dimension is `widths[r]`
+    long (every rank knows them all), its other dimensions the same on all. Each goes as one fixed-shape
+    tensor padded to the widest, not as a pickled object: a rank holds only its own share, and rank 0 the
+    gathered ones."""
+    if not is_initialized():
+        return [mine]
+    padded = torch.zeros((*mine.shape[:-1], max(widths)), dtype=mine.dtype, device=_backend_device())
+    padded[..., : mine.shape[-1]] = mine
+    out = [torch.empty_like(padded) for _ in widths] if dist.rank == 0 else None
+    td.gather(padded, out, dst=0)
+    return None if out is None else [t[..., :width].cpu() for t, width in zip(out, widths)]
+
+
 def broadcast_from_rank0(obj: T) -> T:
     """Rank 0's Python object, on every rank."""
     if not is_initialized():
@@ -254,11 +302,15 @@ def backend() -> str:
     return td.get_backend() if is_initialized() else "none"
 
 
+def _backend_device() -> torch.device:
+    """Where the process group's collectives take their tensors: NCCL (and RCCL, under the same name) this
+    rank's GPU, gloo the host."""
+    return torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _reduce(values: Sequence[float], op: Any) -> list[float]:
     """One small all-reduce, read back on the host: a host sync (it waits for the kernels queued before it)."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if td.get_backend() == "nccl":
-        t = t.cuda()
+    t = torch.tensor(values, dtype=torch.float64, device=_backend_device())
     td.all_reduce(t, op=op)
     return t.tolist()
 

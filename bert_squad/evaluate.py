@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bert_squad import cache, config, distributed, model, outputs
-from bert_squad.batching import Collator
+from bert_squad.batching import Collator, feature_lengths
 from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
 from bert_squad.distributed import DistEnv
@@ -46,15 +46,46 @@ def predict_logits(
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
-    lengths = [len(ids) for ids in features["input_ids"]]
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    lengths = feature_lengths(features)
+    # Longest first, ties in feature order: the same batches whatever the world size.
+    order = np.argsort(-lengths, kind="stable").tolist()
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    # Rank r runs batches r, r + W, ...: so every rank knows which features, in which order, each rank's
+    # logits hold, and nothing but the logits needs to travel.
+    shares = [np.array([f for b in batches[r::world] for f in b], dtype=np.int64) for r in range(world)]
+    mine = torch.from_numpy(_forward(module, features, device, pad_id, batches, rank, world, lengths))
+    widths = [int(lengths[share].sum()) for share in shares]
+    parts = distributed.gather_padded_to_rank0(mine, widths, dist) if dist else [mine]
+    if parts is None:
+        return None
+    # Rank r's logits lie end to end in its share's order: each feature's are the next lengths[f] of them.
+    start_logits: list[np.ndarray] = [np.empty(0, np.float32)] * len(lengths)
+    end_logits = list(start_logits)
+    for part, share in zip(parts, shares):
+        logits, stops = part.numpy(), np.cumsum(lengths[share]).tolist()
+        for f, stop in zip(share.tolist(), stops):
+            start_logits[f], end_logits[f] = logits[:, stop - lengths[f] : stop]  # views, not copies
+    return start_logits, end_logits
+
+
+def _forward(
+    module: "PreTrainedModel",
+    features: "datasets.Dataset",
+    device: torch.device,
+    pad_id: int,
+    batches: list[list[int]],
+    rank: int,
+    world: int,
+    lengths: np.ndarray,
+) -> np.ndarray:
+    """This rank's batches through the model: its features' start logits (row 0) and end logits (row 1),
+    each trimmed to the feature's length and laid end to end in the order they ran. Every rank runs the same
+    number of forward passes (see the module's docstring)."""
     collate = Collator(pad_id, labels=False)
     inputs = features.select_columns(collate.columns(features))
-    was_training = module.training
+    mine = np.empty((2, sum(int(lengths[b].sum()) for b in batches[rank::world])), dtype=np.float32)
+    at, was_training, rounds = 0, module.training, -(-len(batches) // world)
     module.eval()
-    mine = {}
-    rounds = -(-len(batches) // world)
     with torch.no_grad():
         for i in range(rank, rounds * world, world):
             b = batches[min(i, len(batches) - 1)]  # past the end: a dummy pass whose output is dropped
@@ -66,13 +97,10 @@ def predict_logits(
             if i >= len(batches):
                 continue
             for j, f in enumerate(b):
-                mine[f] = (start[j, : lengths[f]], end[j, : lengths[f]])
+                mine[:, at : at + lengths[f]] = start[j, : lengths[f]], end[j, : lengths[f]]
+                at += lengths[f]
     module.train(was_training)
-    parts = distributed.gather_to_rank0(mine, dist) if dist else [mine]
-    if parts is None:
-        return None
-    merged = {i: v for part in parts for i, v in part.items()}
-    return [merged[i][0] for i in range(len(lengths))], [merged[i][1] for i in range(len(lengths))]
+    return mine
 
 
 def predict(

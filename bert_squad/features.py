@@ -194,7 +194,11 @@ def _write_cache(
         if workers > 1:  # a tokenizer that ran threads before the fork would warn in every worker
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         built = ds.map(
-            fn, num_proc=workers if workers > 1 else None, cache_file_name=str(parts / "part.arrow"), **kwargs
+            fn,
+            num_proc=workers if workers > 1 else None,
+            cache_file_name=str(parts / "part.arrow"),
+            remove_columns=ds.column_names,
+            **kwargs,
         )
         with ArrowWriter(features=built.features, path=str(parts / "all.arrow")) as writer:
             writer.write_table(built.data.table)
@@ -202,6 +206,17 @@ def _write_cache(
         os.replace(parts / "all.arrow", cache_file)
     finally:
         shutil.rmtree(parts, ignore_errors=True)
+
+
+def _questions(examples: Examples, name: str) -> datasets.Dataset:
+    """The examples as a table under its own fingerprint (see `build_features`), the input of feature
+    building: made only where features are built, so a rank that finds them in the cache never holds the
+    whole question set."""
+    import datasets  # heavy: only where features are built
+    from datasets.table import InMemoryTable
+
+    questions = InMemoryTable.from_pylist([dict(r, index=i) for i, r in enumerate(examples.records)])
+    return datasets.Dataset(questions, fingerprint=f"{name}-questions")
 
 
 def build_features(
@@ -219,7 +234,7 @@ def build_features(
     shared by several ranks. `workers`: --preprocessing-workers (see `worker_count`).
     """
     import datasets  # heavy: not for the commands that tokenize nothing
-    from datasets.table import InMemoryTable, MemoryMappedTable
+    from datasets.table import MemoryMappedTable
 
     kind = "train" if train else "eval"
     # Without a cache nothing is on disk to find again: no key is worth computing (hashing the tokenizer costs
@@ -229,23 +244,21 @@ def build_features(
     # which pickles by value any module imported from outside the interpreter's prefix. Where pyarrow comes from
     # such a folder (wheels on PYTHONPATH beside a container's own Python), that pickle reaches pyarrow's
     # MonthDayNano type and raises PicklingError before the first step. The cache key names the features exactly.
-    questions = InMemoryTable.from_pylist([dict(r, index=i) for i, r in enumerate(examples.records)])
-    ds = datasets.Dataset(questions, fingerprint=f"{name}-questions")
     fn = prepare_train if train else prepare_eval
     kwargs = dict(
         batched=True,
         batch_size=1000,
-        remove_columns=ds.column_names,
         fn_kwargs={"tokenizer": tokenizer, "windows": windows},
         new_fingerprint=name,
     )
     if cache_dir is None:
-        return ds.map(fn, keep_in_memory=True, **kwargs)
+        ds = _questions(examples, name)
+        return ds.map(fn, keep_in_memory=True, remove_columns=ds.column_names, **kwargs)
     cache_file = cache.features_dir(cache_dir) / f"{name}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
         if not cache_file.is_file():  # other ranks find rank 0's, unless the cache is not shared with them
-            _write_cache(ds, fn, kwargs, cache_file, worker_count(workers, len(ds)))
+            _write_cache(_questions(examples, name), fn, kwargs, cache_file, worker_count(workers, len(examples)))
         return datasets.Dataset(MemoryMappedTable.from_file(str(cache_file)), fingerprint=name)
 
 

@@ -4,6 +4,7 @@ crash) sees the old file or the new one, never half of one."""
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Union
 
@@ -59,11 +60,13 @@ def directory(path: PathLike, given_as: str) -> Path:
 
 
 def probe_write(path: PathLike) -> None:
-    """Write an empty file into the directory `path` and remove it: an OSError where the directory cannot be
-    written, found before the work rather than after hours of it."""
-    probe = Path(path) / f".write-test-{os.getpid()}"
-    probe.write_text("")
-    probe.unlink()
+    """Create an empty file in the directory `path` and remove it: an OSError where the directory cannot be
+    written, found before the work rather than after hours of it. Every rank probes the shared output dir at
+    once, and a PID names no file of its own there (nodes booted alike, PID namespaces in containers): the
+    name is mkstemp's, random and created exclusively, so no other process can hold it."""
+    fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def writable_directory(path: PathLike, given_as: str) -> Path:

@@ -43,7 +43,7 @@ from bert_squad import (
     report,
     resume,
 )
-from bert_squad.batching import BatchPlan, Collator
+from bert_squad.batching import BatchPlan, Collator, feature_lengths
 from bert_squad.errors import UserError
 from bert_squad.evaluate import evaluate
 from bert_squad.features import build_features, check_tokenizer, feature_report
@@ -174,7 +174,7 @@ def plan_work(inputs: Inputs) -> Work:
         report.log(dist, report.eval_features_line(inputs.dev_examples, dev_features))
     batch = inputs.ds_settings.batch
     batches = BatchPlan(
-        [len(x) for x in features["input_ids"]],
+        feature_lengths(features),
         batch.micro,
         dist.world_size,
         dist.rank,

@@ -112,9 +112,15 @@ read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 # 2. The container runtime, then the cache check in its image.
 # >>> each runtime's launch: it wraps every rank's command (RUN), or is options of srun (CONTAINER).
 CONTAINER=()
+# What the one task before the ranks runs in the image (the download, or the cache check).
+# shellcheck disable=SC2016  # expanded inside the container
+IN_IMAGE='cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"'
 case "$RUNTIME" in
   ce)  # CSCS Container Engine: the EDF names the image, mounts and environment.
     CONTAINER=("--environment=$BERT_SQUAD_EDF" "${RUNTIME_FLAGS[@]}")
+    # Only the EDF's mounts are inside: what the job needs of the host must be among them, or a cache outside
+    # them would be filled in the container and lost with it, or found empty. Checked where IN_IMAGE runs.
+    IN_IMAGE="for m in$(printf ' %q' "${MOUNTS[@]}"); do [ -d \"\$m\" ] || { echo \"bert-squad: error: \$m is not inside the container: add it to the mounts of \$BERT_SQUAD_EDF\" >&2; exit 2; }; done; $IN_IMAGE"
     RUN=() ;;
   pyxis)
     # srun keeps the last of a repeated --container-mounts or --container-env: the runtime flags' join ours.
@@ -154,7 +160,8 @@ case "$RUNTIME" in
     for m in "${MOUNTS[@]}"; do RUN+=(-b "$m:$m"); done
     RUN+=("${RUNTIME_FLAGS[@]}")
     # ch-run binds only onto paths the image has (the host's /tmp is bound at /tmp), /etc/hosts included:
-    # try it once here, and that the ranks can resolve the master (else the rendezvous waits forever).
+    # try it once here, and that the ranks can resolve the master, the allocation's first node, where the ranks'
+    # step (which spans the allocation) starts (else the rendezvous waits forever).
     nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
     out=$("${RUN[@]}" "$IMAGE" -- true 2>&1) || die "ch-run cannot start $IMAGE with these binds (a bind destination must exist in the image): ${out//$'\n'/; }"
     # The image's ENV (ch-image keeps it in /ch/environment), as Sarus and Singularity apply theirs.
@@ -179,15 +186,14 @@ ONCE=("${RUN[@]}")
 # `sbatch <site script> download --model ...`: fill the cache from inside the image, once, then stop
 # (`download` goes online for itself, whatever the image says about offline mode).
 if [ "${TRAIN_ARGS[0]:-}" = download ]; then
-  exec "${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad "$@"' bert-squad "${TRAIN_ARGS[@]}"
+  exec "${ONCE[@]}" bash -c "$IN_IMAGE" bert-squad "${TRAIN_ARGS[@]}"
 fi
 
 # Fail here, in seconds, rather than in every rank after the containers started: the package itself
 # says whether the run's model and dataset are in the cache (one definition of its layout).
 # Its error line alone, without the launcher's own ("srun: error: ... Exited with exit code 2").
 # shellcheck disable=SC2016  # expanded inside the container
-if ! out=$("${ONCE[@]}" bash -c 'cd "$BERT_SQUAD_REPO" && exec python -m bert_squad check-cache "$@" >/dev/null' \
-    check-cache "${TRAIN_ARGS[@]}" "${CHECK_ARGS[@]}" 2>&1); then
+if ! out=$("${ONCE[@]}" bash -c "$IN_IMAGE >/dev/null" check-cache check-cache "${TRAIN_ARGS[@]}" "${CHECK_ARGS[@]}" 2>&1); then
   grep '^bert-squad' <<< "$out" >&2 || echo "$out" >&2
   exit 2
 fi
@@ -213,8 +219,10 @@ case "$LAUNCHER" in
 esac
 CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMAND[@]}" "${TRAIN_ARGS[@]}")
 
-# Rendezvous: every rank derives MASTER_ADDR (first host of SLURM_JOB_NODELIST) and MASTER_PORT (from
-# the job id, so two jobs sharing a node don't collide) itself, in bert_squad.distributed.detect.
+# Rendezvous: every rank derives MASTER_ADDR and MASTER_PORT itself (bert_squad.distributed.slurm_rendezvous,
+# the one rule): under srun the first node of the ranks' step and a port from the job id and the step id, so
+# two jobs sharing a node, or two steps of one job, don't collide; under mpirun the first node of the job.
+# This step spans the allocation, so its first node is the job's.
 echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), nodes $SLURM_JOB_NODELIST"
 echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}${BERT_SQUAD_EDF:+ environment $BERT_SQUAD_EDF}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"
 printf 'bert-squad: training arguments:'; printf ' %q' "${TRAIN_ARGS[@]}"; echo

@@ -1,4 +1,4 @@
-"""What the Container Engine tests (tests/test_container_engine.py) run on: a local Slurm whose node has GPUs
+"""What the EDF contract tests (tests/test_edf_contract.py) run on: a local Slurm whose node has GPUs
 as a GH200 node does, the image as one SquashFS file, and `srun` as the CE extends it (tests/ce_srun.py).
 
 `ce_cluster` (session fixture): a single-node Slurm like slurm_cluster.py's, whose node has 4 GPUs as GRES,

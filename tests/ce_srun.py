@@ -2,9 +2,13 @@
 container that EDF defines. The CE (Enroot + Pyxis with EDF parsing and CSCS's hooks) exists only at CSCS;
 here Charliecloud's ch-run (Debian's charliecloud-runtime), an unprivileged runtime of the same kind as
 Enroot (user namespaces, the host's network and processes, the host's /etc/hosts), stands in for it. The
-EDF is checked against the reference's keys and types (`problems`), its ${VAR}s expanded as the CE does
-(`expanded`), and each key carried into ch-run's options (`ch_run`); the real srun then starts one ch-run a
-task, so a Daint job runs in real containers on the test Slurm.
+EDF is checked against the reference's keys and types (`problems`), its ${VAR}s expanded (`expanded`), and
+each key carried into ch-run's options (`ch_run`); the real srun then starts one ch-run a task, so a Daint
+job runs in real containers on the test Slurm. This is the test's own reading of edf.md, not the CE's code:
+it holds the job scripts and EDFs to what edf.md says, and is itself held to edf.md's own examples
+(tests/test_edf_reading.py). Where edf.md leaves a choice, it is named here: ${VAR} in [env] takes the host's
+and the image's environment like every other entry (edf.md's "Limitations" says only the host's variables
+can be referenced there, its "Syntax" that the image's win).
 
 Key by key (the reference: cscs-docs docs/software/container-engine/edf.md):
 - image: a local SquashFS file, unpacked for the step into a root file system of its own (as Enroot's
@@ -22,7 +26,7 @@ The container's /tmp is its own (`--private-tmp`), not the host's, so the host p
 EDF's mounts. CE_SRUN_MOUNTS (comma-separated SOURCE:DESTINATION) adds the test's own mounts to every EDF's:
 its Python, which the test image lacks and a real image has. CE_SRUN_WORK is where steps unpack their image.
 
-tests/test_container_engine.py installs this as `srun`; REAL_SRUN names the real one. It stays srun's parent
+tests/test_edf_contract.py installs this as `srun`; REAL_SRUN names the real one. It stays srun's parent
 and passes on every signal srun handles, so the job's USR1 reaches the ranks. SLURM_NETWORK (CSCS's
 `disable_rdzv_get` for Alps Extended Images) is Cray's: the test Slurm has no such network.
 """

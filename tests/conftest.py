@@ -14,8 +14,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 # --- tiers ---------------------------------------------------------------------------------------------
-# The markers are declared in setup.cfg (--strict-markers). A run that must run everything (CI, which runs
-# .ci/run with CI=true, or BERT_SQUAD_REQUIRE_ALL=1) turns every skip into a failure that names its reason,
+# The markers are declared in setup.cfg (--strict-markers). A run that must run everything (make test, whose
+# tests/run.sh sets BERT_SQUAD_REQUIRE_ALL=1 unless it is 0; CI, which runs .ci/run with CI=true; or
+# BERT_SQUAD_REQUIRE_ALL=1 by hand) turns every skip into a failure that names its reason,
 # except a skip whose cause is the machine's hardware (helpers.skip_for_hardware: no GPU for the `gpu` tier,
 # a GPU for the `cpu` tier, one GPU for two ranks). Root, mpirun, the Debian and Python packages and
 # ../shared are set-up, not hardware: `make test` as root provides them, and their absence fails such a run.
@@ -94,8 +95,9 @@ def pytest_runtest_makereport(item, call):
     tiers = {m.name for m in item.iter_markers()} & item.config.stash[_TIERS]
     report.outcome = "failed"
     report.longrepr = (
-        f"skipped in a run that must run every tier (CI or BERT_SQUAD_REQUIRE_ALL=1; tiers of this "
-        f"test: {', '.join(sorted(tiers)) or 'none'}): {reason}"
+        f"skipped in a run that must run every tier (make test, CI or BERT_SQUAD_REQUIRE_ALL=1; outside CI, "
+        f"BERT_SQUAD_REQUIRE_ALL=0 asks for a partial run; tiers of this test: {', '.join(sorted(tiers)) or 'none'})"
+        f": {reason}"
     )
 
 
@@ -139,6 +141,6 @@ def tiny_eurobert(tmp_path_factory):
 
 # A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, a real
 # multi-node one of network namespaces on this machine (`multinode_cluster`, tests/test_multinode.py), and the
-# Container Engine's stand-in (tests/test_container_engine.py).
+# Container Engine's stand-in (tests/test_edf_contract.py).
 from ce_cluster import ce_cluster, ce_image, ce_srun  # noqa: E402,F401
 from slurm_cluster import multinode_cluster, slurm_cluster  # noqa: E402,F401

@@ -14,6 +14,7 @@ import pytest
 from helpers import ROOT
 
 from bert_squad.checkpoint import checkpoint_root
+from bert_squad.distributed import job_port
 
 GENERIC = ROOT / "slurm" / "generic.sbatch"
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
@@ -21,6 +22,15 @@ ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
 LAUNCHERS = pytest.mark.parametrize("launcher", [pytest.param("mpirun", marks=pytest.mark.mpi), "srun"])
 # Printed once every rank's stop handler is installed, before the first step.
 TRAINING = r"training \d+ steps"
+
+
+def assert_one_master(text, job, launcher, host, size=2):
+    """Every rank of the job's log names the same master, `host`; under srun at the port of the job's step 0
+    (the job script's ranks are its first step), under mpirun at a port of its own (mpirun's namespace's)."""
+    masters = re.findall(rf"^rank \d+/{size} .* launcher \S+ master (\S+):(\d+)$", text, re.M)
+    assert len(masters) == size and len(set(masters)) == 1 and masters[0][0] == host, text[-3000:]
+    if launcher == "srun":
+        assert masters[0][1] == str(job_port(job)), text[-3000:]
 
 
 def job_env(scratch, **extra):

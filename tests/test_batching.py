@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import run_bert_squad
 
-from bert_squad.batching import BatchPlan, Collator
+from bert_squad.batching import BatchPlan, Collator, feature_lengths
 
 
 def lengths(n=1000, seed=0):
@@ -25,6 +25,20 @@ def test_every_feature_once_per_epoch_and_ranks_disjoint(world):
     for step in zip(*per_rank):  # one optimizer step: disjoint features across ranks
         ids = [i for b in step for i in b]
         assert len(ids) == len(set(ids))
+
+
+def test_feature_lengths_are_the_token_counts_in_memory_on_disk_and_after_a_selection(tmp_path):
+    """Read from the Arrow column's offsets, they are each row's number of tokens wherever the rows are, and in
+    the selection's order when one reorders them."""
+    import datasets
+
+    rows = [list(range(n)) for n in lengths(50)]
+    in_memory = datasets.Dataset.from_dict({"input_ids": rows, "other": [[0]] * 50})
+    in_memory.to_parquet(tmp_path / "f.parquet")
+    on_disk = datasets.Dataset.from_parquet(str(tmp_path / "f.parquet"), cache_dir=str(tmp_path / "cache"))
+    for ds in (in_memory, on_disk):
+        assert feature_lengths(ds).tolist() == [len(r) for r in rows]
+        assert feature_lengths(ds.select([7, 3, 49])).tolist() == [len(rows[7]), len(rows[3]), len(rows[49])]
 
 
 def test_plan_depends_only_on_seed_and_epoch():

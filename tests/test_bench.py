@@ -169,6 +169,24 @@ def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model,
     assert "  1 workers on all cores" in r.stdout and f"  3 workers on {min(3, cores)} core(s)" in r.stdout
 
 
+@pytest.mark.mpi
+def test_memory_bench_gives_each_phase_a_row_per_rank_count(tiny_model, sample_train, sample_dev):
+    """bench/memory.py at the scale of the sample files: a row per phase and rank count, a peak for every rank
+    and one for the node, all positive."""
+    argv = ["--train-file", sample_train, "--eval-file", sample_dev, "--model", tiny_model, "--max-steps", 1]
+    argv += ["--train-questions", 1, "--eval-questions", 1, "--ranks", 1, 2]
+    r = subprocess.run(
+        [PYTHON, ROOT / "bench" / "memory.py", *map(str, argv)], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
+    assert [(row["phase"], row["ranks"]) for row in rows] == [("train", 1), ("train", 2), ("eval", 1), ("eval", 2)]
+    for row in rows:
+        assert len(row["rank_peak_rss_mib"]) == row["ranks"] and min(row["rank_peak_rss_mib"]) > 0, row
+        assert row["node_pss_mib"] > 0 and row["questions"] > 0, row
+    assert len(r.stdout.strip().splitlines()) == 1 + len(rows) + 1  # the header, a line a row, the JSON
+
+
 def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     """`make gpu-kit` (needs PyPI): the wheels an offline CPython 3.12 host with its own torch and transformers
     lacks, DeepSpeed built into a pure-Python wheel, the project's own, and what a requirement bounds where the

@@ -105,11 +105,13 @@ def test_base_images_match_the_docs():
             assert base in text, f"{base} is not what the docs say"
         for tag in re.findall(r"(?:nvcr\.io/nvidia/pytorch|rocm/pytorch):[\w.-]+", text):
             assert tag in bases.values(), f"the docs name {tag}, the Dockerfile documents {sorted(bases.values())}"
-    # Both bases ship a Python the package supports.
+    # Both bases ship a Python the package supports: the ROCm tag's, and what the docs say of each.
     setup = (ROOT / "setup.cfg").read_text()
     minimum = tuple(map(int, re.search(r"python_requires = >=(\d+)\.(\d+)", setup).groups()))
-    py = tuple(map(int, re.search(r"py(\d)\.(\d+)", bases["rocm"]).groups()))
-    assert py >= minimum
+    assert tuple(map(int, re.search(r"py(\d)\.(\d+)", bases["rocm"]).groups())) >= minimum
+    rows = re.findall(r"^\| `Dockerfile` → `bert-squad:(?:cuda|rocm)` \|.*$", docs_text()[0], re.M)
+    said = [tuple(map(int, v)) for row in rows for v in re.findall(r"Python (\d+)\.(\d+)", row)]
+    assert len(said) == 2 and all(py >= minimum for py in said), rows
 
 
 def test_apptainer_definition():

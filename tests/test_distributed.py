@@ -1,5 +1,6 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import json
 import os
 import subprocess
 import textwrap
@@ -45,6 +46,56 @@ def test_open_mpi_multi_node_takes_first_slurm_host_and_job_port():
     }
     d = detect(env)
     assert (d.rank, d.local_rank, d.master_addr, d.master_port) == (5, 1, "nid001234", job_port(4242))
+
+
+def srun_task(rank, size, **step):
+    """What srun gives task `rank` of a `size`-task step of job 4242, whose allocation is nid[001-002]."""
+    return {
+        "SLURM_PROCID": str(rank),
+        "SLURM_STEP_NUM_TASKS": str(size),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_JOB_NODELIST": "nid[001-002]",
+        "SLURM_JOB_ID": "4242",
+        **step,
+    }
+
+
+def test_a_step_on_part_of_the_allocation_meets_on_its_own_first_node():
+    """`srun -N1 -w nid002` inside a nid[001-002] job: the ranks meet on nid002, a host of their step, also
+    behind the job template's RANK/WORLD_SIZE; without the step's node list (an older Slurm), on the job's."""
+    step = {"SLURM_STEP_NODELIST": "nid002", "SLURM_STEP_ID": "1"}
+    for env in (srun_task(1, 2, **step), {**srun_task(1, 2, **step), "RANK": "1", "WORLD_SIZE": "2"}):
+        assert (detect(env).master_addr, detect(env).master_port) == ("nid002", job_port(4242, 1))
+    assert detect(srun_task(1, 2, SLURM_STEP_ID="1")).master_addr == "nid001"
+
+
+def test_two_steps_of_one_job_meet_on_different_ports():
+    """Steps 0 and 1 of job 4242 (a sweep packed into one allocation, or two sruns after salloc) on the same
+    nodes; no two of a job's first thousand steps share a port, and none is an ephemeral one."""
+    ports = [detect(srun_task(0, 2, SLURM_STEP_ID=str(step))).master_port for step in (0, 1)]
+    assert ports[0] != ports[1]
+    assert ports[0] == job_port(4242) == 20000 + 4242  # step 0: the job's port, as before steps counted
+    every = {job_port(4242, step) for step in range(1000)}
+    assert len(every) == 1000 and all(20000 <= p < 32768 for p in every)
+
+
+def test_mpiruns_ranks_agree_though_their_steps_differ():
+    """As seen on the multinode test cluster: under mpirun the ranks on mpirun's node are in no step, those on
+    the other nodes in its daemons' step (step 0, one task a node). Every rank takes the job's first node and
+    the port of the job with mpirun's namespace, so two mpiruns of one job meet apart; also where the
+    daemons' step has as many tasks as the world (3 nodes, 2 ranks)."""
+    ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "SLURM_JOB_ID": "4242"}
+    local = {**ompi, "OMPI_COMM_WORLD_RANK": "0", "SLURM_JOB_NODELIST": "nid[001-003]", "PMIX_NAMESPACE": "2050359297"}
+    remote = {
+        **local,
+        "OMPI_COMM_WORLD_RANK": "1",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": "nid[002-003]",
+        "SLURM_STEP_NUM_TASKS": "2",
+    }
+    met = {(detect(env).master_addr, detect(env).master_port) for env in (local, remote)}
+    assert met == {("nid001", job_port(4242, "2050359297"))}
+    assert detect({**local, "PMIX_NAMESPACE": "2050359298"}).master_port not in {port for _, port in met}
 
 
 def test_a_launcher_is_seen_behind_the_job_templates_rank():
@@ -127,6 +178,11 @@ def test_explicit_env_wins_over_launcher_variables():
             "SLURM_JOB_NODELIST=nid[1-: not a Slurm node list",
         ),
         (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_NODELIST": "nid[2"},
+            "SLURM_STEP_NODELIST=nid[2: not a Slurm node list",
+        ),
+        ({**srun_task(0, 2), "SLURM_STEP_ID": "batch"}, "SLURM_STEP_ID=batch: not a whole number"),
+        (
             {
                 "SLURM_PROCID": "0",
                 "SLURM_STEP_NUM_TASKS": "2",
@@ -207,6 +263,39 @@ def test_ranks_leave_the_process_group_together(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     for rank in (0, 1):
         assert (tmp_path / f"rank{rank}.txt").read_text() == "rank 0 done: True group alive: False", rank
+
+
+@pytest.mark.mpi
+def test_padded_gather_gives_rank_0_each_ranks_tensor_at_its_own_width(tmp_path):
+    """Rank r sends 2 rows of widths[r] numbers (rank 1 none at all); rank 0 gets each as sent, the others
+    nothing."""
+    script = tmp_path / "gather.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import json, os, torch
+        from bert_squad import distributed, runtime
+        runtime.prepare(deepspeed=True)
+        dist = distributed.detect()
+        widths = [3, 0, 5]
+        with distributed.process_group(dist):
+            mine = torch.arange(2 * widths[dist.rank], dtype=torch.float32).reshape(2, -1) + 100 * dist.rank
+            parts = distributed.gather_padded_to_rank0(mine, widths, dist)
+        got = None if parts is None else [p.tolist() for p in parts]
+        with open(os.path.join({str(tmp_path)!r}, f"rank{{dist.rank}}.json"), "w") as f:
+            json.dump(got, f)
+    """)
+    )
+    launcher = [*MPIRUN[:-1], "3"]
+    env = {**os.environ, **launcher_env(launcher)}
+    r = subprocess.run([*launcher, PYTHON, script], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(3)]
+    assert got[0] == [
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+        [[], []],
+        [[200.0 + i for i in range(5)], [205.0 + i for i in range(5)]],
+    ]
+    assert got[1] is None and got[2] is None
 
 
 def test_leaving_the_group_ends_gloos_threads(tmp_path):

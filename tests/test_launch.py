@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ce_srun import Refused, ch_run, expanded, problems
+from ce_srun import expanded, problems
 from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
 from images import squash
 from slurm_jobs import finished, stored_script, submitting_env
@@ -74,13 +74,20 @@ def test_daint_dry_run(capsys, nodes):
 @pytest.mark.parametrize("name", ["daint.toml", "daint-ngc.toml"])
 def test_daint_edfs_are_toml_with_the_reference_keys(name, tmp_path):
     """The EDFs beside the Daint script parse as TOML, use only the EDF reference's keys with their types
-    (cscs-docs software/container-engine/edf.md), and take the job's paths from its environment. The Alps
-    Extended Image shape (alps-extended-images.md): entrypoint on, the CXI hook off, no AWS OFI NCCL hook;
-    the plain NGC one: that hook (resource-hook.md). Both: CSCS's PyTorch settings (ml/pytorch.md)."""
+    (cscs-docs software/container-engine/edf.md), and mount what slurm/job.sh binds for the other runtimes
+    (the scratch, the checkout, the cache), named from the job's environment. The Alps Extended Image shape
+    (alps-extended-images.md): entrypoint on, the CXI hook off, no AWS OFI NCCL hook; the plain NGC one:
+    that hook (resource-hook.md). Both: CSCS's PyTorch settings (ml/pytorch.md)."""
     doc = tomllib.loads((ROOT / "slurm" / name).read_text())
     assert problems(doc) == []
-    doc = expanded(doc, {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r"})
-    assert doc["image"] == "/i.sqsh" and doc["workdir"] == "/r" and doc["mounts"] == ["/s:/s", "/r:/r"]
+    # Under the CE only the EDF's mounts are inside: every folder slurm/job.sh binds for the other runtimes.
+    bound = re.search(r"^for dir in ((?:\"\$\w+\" ?)+); do$", JOB_SH.read_text(), re.M).group(1)
+    names = re.findall(r"\$(\w+)", bound)
+    assert names == ["BERT_SQUAD_SCRATCH", "BERT_SQUAD_REPO", "BERT_SQUAD_CACHE"]
+    assert doc["mounts"] == [f"${{{n}}}:${{{n}}}" for n in names]
+    env = {"BERT_SQUAD_IMAGE": "/i.sqsh", "BERT_SQUAD_SCRATCH": "/s", "BERT_SQUAD_REPO": "/r", "BERT_SQUAD_CACHE": "/c"}
+    doc = expanded(doc, env)
+    assert doc["image"] == "/i.sqsh" and doc["workdir"] == "/r" and doc["mounts"] == ["/s:/s", "/r:/r", "/c:/c"]
     assert doc["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert all(doc["env"][v] == "1" for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
     hooks = doc["annotations"]["com"]["hooks"]
@@ -89,87 +96,6 @@ def test_daint_edfs_are_toml_with_the_reference_keys(name, tmp_path):
         assert doc["env"]["PMIX_MCA_psec"] == "native"
     else:
         assert "entrypoint" not in doc and hooks == {"aws_ofi_nccl": {"enabled": "true", "variant": "cuda-dl"}}
-
-
-def test_edf_problems_name_what_the_reference_does_not_have():
-    doc = {
-        "image": 3,
-        "mount": [],
-        "mounts": ["/a"],
-        "env": {"A": 1},
-        "annotations": {"x": {"y": True}},
-        "writable": True,
-    }
-    assert problems(doc) == [
-        "image: a int, the reference says str",
-        "mount: not an EDF entry (the reference has base_environment, image, "
-        "workdir, entrypoint, writable, mounts, env, annotations)",
-        "mounts[0]: '/a' is not SOURCE:DESTINATION[:FLAGS]",
-        "env.A: values are strings in the reference, not int",
-        "annotations.x.y: values are strings in the reference, not bool",
-    ]
-
-
-def test_edf_expansion_follows_the_reference():
-    """edf.md: ${VAR} from the environment, ${VAR:-} empty where undefined, $${VAR} the literal text, and any
-    other undefined variable an error naming it."""
-    doc = {"mounts": ["${A}:/d"], "env": {"K": "$${A}", "L": "${B:-}", "M": "${B:-x}-${A}"}, "writable": True}
-    assert expanded(doc, {"A": "a"}) == {
-        "mounts": ["a:/d"],
-        "env": {"K": "${A}", "L": "", "M": "x-a"},
-        "writable": True,
-    }
-    with pytest.raises(Refused, match=r"^\$\{B\} is not defined"):
-        expanded("${B}", {"A": "a"})
-
-
-def test_each_edf_key_becomes_a_ch_run_option(tmp_path, monkeypatch):
-    """tests/ce_srun.py, the Container Engine's stand-in: the EDF's mounts as binds (their destinations made in
-    the step's copy of the image), workdir, a read-only image, the image's environment and then the EDF's (an
-    empty value unsets), the image's entrypoint (Enroot's /etc/rc) before the command."""
-    monkeypatch.delenv("CE_SRUN_MOUNTS", raising=False)
-    rootfs, data = tmp_path / "rootfs", tmp_path / "data"
-    (rootfs / "etc").mkdir(parents=True)
-    data.mkdir()
-    (rootfs / "etc" / "environment").write_text('X=image\nexport Y="image"\n# not a variable\n')
-    (rootfs / "etc" / "rc").write_text('exec "$@"\n')
-    edf = {
-        "mounts": [f"{data}:/data/in", f"{data}:/tmp/in"],
-        "workdir": "/data",
-        "writable": False,
-        "entrypoint": True,
-        "env": {"Y": "edf", "Z": ""},
-        "annotations": {"com.hooks.cxi.enabled": "false"},
-    }
-    assert ch_run(edf, rootfs) == [
-        "ch-run",
-        "--private-tmp",
-        f"--bind={data}:/data/in",
-        f"--bind={data}:/tmp/in",
-        "--cd=/data",
-        "--env-no-expand",
-        "--set-env=X=image",
-        "--set-env=Y=image",
-        "--set-env=Y=edf",
-        "--unset-env=Z",
-        str(rootfs),
-        "--",
-        "/bin/sh",
-        "/etc/rc",
-    ]
-    assert (rootfs / "data" / "in").is_dir() and not (rootfs / "tmp").exists()  # /tmp: the container's own
-    assert (
-        ch_run({"entrypoint": False}, rootfs)[:2] == ["ch-run", "--private-tmp"] and ch_run({}, rootfs)[2] == "--write"
-    )
-    (rootfs / "opt").symlink_to("/")
-    for mount, why in (
-        (f"{data}:/d:ro", "flags (ro) have no equivalent in ch-run"),
-        (f"{data}:/opt/x", "/opt is a symlink"),
-        (f"{tmp_path}/absent:/x", "absent does not exist"),
-    ):
-        with pytest.raises(Refused, match=re.escape(why)):
-            ch_run({"mounts": [mount]}, rootfs)
-    assert not Path("/x").exists()
 
 
 @pytest.mark.parametrize("nodes", [1, 8])

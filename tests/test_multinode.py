@@ -12,7 +12,16 @@ import pytest
 import torch
 from helpers import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
 from safetensors.torch import load_file
-from slurm_jobs import LAUNCHERS, finished, job_env, resuming_script, submit, wait_for_log, wait_for_requeue
+from slurm_jobs import (
+    LAUNCHERS,
+    assert_one_master,
+    finished,
+    job_env,
+    resuming_script,
+    submit,
+    wait_for_log,
+    wait_for_requeue,
+)
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 from bert_squad.distributed import job_port
@@ -107,9 +116,9 @@ if sys.argv[2] == "loop":
     while True:
         dist.all_reduce(torch.ones(1))
         time.sleep(0.05)
-if sys.argv[2] == "meet":  # hold this job's group open until `count` jobs have theirs open: meet DIR COUNT
+if sys.argv[2] == "meet":  # hold this step's group open until `count` steps have theirs open: meet DIR COUNT
     folder, count = pathlib.Path(sys.argv[3]), int(sys.argv[4])
-    (folder / f"{os.environ['SLURM_JOB_ID']}.{d.rank}").touch()
+    (folder / f"{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}.{d.rank}").touch()
     deadline = time.time() + 120
     while len(list(folder.iterdir())) < count * d.world_size and time.time() < deadline:
         time.sleep(0.2)
@@ -130,6 +139,16 @@ def test_gloo_all_reduce_across_nodes(multinode_cluster, tmp_path):
     assert collections.Counter(s[2] for s in sums) == {n.name: 2 for n in multinode_cluster.nodes}, text
 
 
+def assert_met(text, groups, of):
+    """The log's `groups` 2-rank groups each held their group open until all `of` groups had theirs open."""
+    met = sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met "))
+    assert met == sorted([["met", "0", str(2 * of)], ["met", "1", str(2 * of)]] * groups), text
+
+
+def masters(text):
+    return {line.split()[-1] for line in text.splitlines() if line.startswith("sum ")}
+
+
 def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path):
     """Two 2-node jobs, one core per node each, run at once on the same nodes, both with their master on
     node1: each one's port comes from its job id (distributed.job_port), so both rendezvous succeed, and
@@ -145,16 +164,28 @@ def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path
         for _ in range(2)
     ]
     jobs = [job for job, _ in submitted]
-    masters = set()
+    seen = set()
     for info, text in [finished(c, job, log, timeout=300) for job, log in submitted]:
         assert_ok(info, text)
         assert info["NodeList"] == "node[1-2]", info
-        assert sorted(line.split()[:3] for line in text.splitlines() if line.startswith("met ")) == [
-            ["met", "0", "4"],
-            ["met", "1", "4"],
-        ], text
-        masters |= {line.split()[-1] for line in text.splitlines() if line.startswith("sum ")}
-    assert masters == {f"node1:{job_port(job)}" for job in jobs}, masters
+        assert_met(text, 1, of=2)
+        seen |= masters(text)
+    assert seen == {f"node1:{job_port(job)}" for job in jobs}, seen
+
+
+def test_two_steps_of_one_job_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path):
+    """One 2-node job runs two 2-rank steps at once on the same nodes (a sweep packed into one allocation),
+    both with their master on node1: each step's port comes from the job's id and its own step id, so both
+    rendezvous succeed, and each step holds its group open until the other has one too."""
+    (tmp_path / "gloo.py").write_text(GLOO)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    srun = f"srun --exact --nodes=2 --ntasks=2 --cpus-per-task=1 python {tmp_path}/gloo.py 120 meet {meet} 2"
+    info, text = run_job(multinode_cluster, tmp_path, f"{srun} &\n{srun} &\nwait %1 && wait %2")
+    assert_ok(info, text)
+    assert_met(text, 2, of=2)
+    job = info["JobId"]
+    assert masters(text) == {f"node1:{job_port(job, step)}" for step in (0, 1)}, text
 
 
 @pytest.mark.slow
@@ -295,7 +326,7 @@ def test_generic_sbatch_trains_across_two_nodes(
     info, text = finished(c, job, log)
     assert_ok(info, text)
     assert f"{len(c.nodes)} node(s), {size} rank(s), nodes node[1-{len(c.nodes)}]" in text, text[:2000]
-    assert re.search(rf"rank 0/{size} .* master node1:{job_port(job)}$", text, re.M), text[-3000:]
+    assert_one_master(text, job, launcher, "node1", size)
     assert_spans_nodes(text, size)
     assert '"exact_match"' in text, text[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
@@ -324,50 +355,62 @@ def test_generic_sbatch_trains_across_two_nodes(
     assert (single / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
 
 
+def bare_training(launch, tiny_model, sample_train, tmp_path):
+    """A job body: `launch python -m bert_squad` training the tiny model 2 steps, with no job script, so
+    bert_squad.distributed.detect alone derives rank, MASTER_ADDR and the port from the launcher's variables."""
+    args = [
+        "--model",
+        tiny_model,
+        "--train-file",
+        sample_train,
+        "--max-steps",
+        "2",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "48",
+        "--no-eval",
+        "--deepspeed_config",
+        "configs/ds_fp32.json",
+        "--output-dir",
+        tmp_path / "model",
+        "--cache-dir",
+        tmp_path / "cache",
+    ]
+    words = " ".join(map(str, args))
+    return f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n{launch} python -m bert_squad {words}"
+
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
 @pytest.mark.slow
 @LAUNCHERS
 def test_bare_launcher_finds_the_master_across_nodes(multinode_cluster, tiny_model, sample_train, tmp_path, launcher):
-    """No job script: `mpirun|srun python -m bert_squad` in a 2-node job, so bert_squad.distributed.detect
-    alone derives rank, MASTER_ADDR (first host of SLURM_JOB_NODELIST) and the port (job_port)."""
-    c = multinode_cluster
-    size = 2 * len(c.nodes)
-    out = tmp_path / "model"
-    args = " ".join(
-        map(
-            str,
-            [
-                "--model",
-                tiny_model,
-                "--train-file",
-                sample_train,
-                "--max-steps",
-                "2",
-                "--max-seq-length",
-                "128",
-                "--doc-stride",
-                "48",
-                "--no-eval",
-                "--deepspeed_config",
-                "configs/ds_fp32.json",
-                "--output-dir",
-                out,
-                "--cache-dir",
-                tmp_path / "cache",
-            ],
-        )
-    )
+    """No job script: `mpirun|srun python -m bert_squad` in a 2-node job, ranks on both nodes: the master is
+    the first node of the job (mpirun) or of the step (srun), here both node1."""
+    size = 2 * len(multinode_cluster.nodes)
     launch = f"mpirun -np {size} --bind-to none" if launcher == "mpirun" else "srun"
-    info, text = run_job(
-        c,
-        tmp_path,
-        f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n{launch} python -m bert_squad {args}",
-        timeout=600,
-        env=job_env(tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1"),
-    )
+    body = bare_training(launch, tiny_model, sample_train, tmp_path)
+    info, text = run_job(multinode_cluster, tmp_path, body, timeout=600, env=job_env(tmp_path, **OFFLINE))
     assert_ok(info, text)
     assert_spans_nodes(text, size)
     assert re.search(rf"rank 0/{size} .*launcher {launcher} master node1:\d+", text), text[-3000:]
-    assert json.loads((out / "train_metrics.json").read_text())["world_size"] == size
+    assert json.loads((tmp_path / "model" / "train_metrics.json").read_text())["world_size"] == size
+
+
+@pytest.mark.slow
+def test_a_step_on_the_second_node_of_two_meets_there(multinode_cluster, tiny_model, sample_train, tmp_path):
+    """`srun -N1 -w node2` inside a 2-node job: both ranks of the step are on node2 and meet there (not on
+    node1, the job's first node, where nothing of the step listens), train and exit."""
+    body = bare_training("srun --nodes=1 --ntasks=2 --nodelist=node2", tiny_model, sample_train, tmp_path)
+    info, text = run_job(multinode_cluster, tmp_path, body, timeout=600, env=job_env(tmp_path, **OFFLINE))
+    assert_ok(info, text)
+    assert set(re.findall(r"^rank (\d)/2 .* master (\S+)$", text, re.M)) == {
+        ("0", f"node2:{job_port(info['JobId'])}"),
+        ("1", f"node2:{job_port(info['JobId'])}"),
+    }, text[-3000:]
+    assert json.loads((tmp_path / "model" / "train_metrics.json").read_text())["world_size"] == 2
 
 
 def long_training(tiny_model, sample_train, out, steps=100000, config="configs/ds_fp32.json"):

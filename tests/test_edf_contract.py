@@ -1,6 +1,10 @@
-"""The job scripts' CSCS Container Engine path (`BERT_SQUAD_RUNTIME=ce`: srun --environment=EDF) in real
-containers on a local Slurm: tests/ce_srun.py carries each key of the EDF into Charliecloud's ch-run, which
-stands in for the CE here (its docstring says what of the EDF that exercises, and how).
+"""The contract of the job scripts' CSCS Container Engine path (`BERT_SQUAD_RUNTIME=ce`: srun
+--environment=EDF) and of the Daint EDFs with the CE as cscs-docs' edf.md documents it, held on a real runtime
+on a local Slurm. The CE itself (Enroot, Pyxis, CSCS's hooks) exists only at CSCS and is not run: srun is
+tests/ce_srun.py, the test's own reading of edf.md (its docstring says what it carries, and how), which starts
+each task in Charliecloud's ch-run. What this proves is that slurm/job.sh and the EDFs do what edf.md says
+the CE needs, and that the job then works in real containers; a CE that reads edf.md otherwise than
+tests/ce_srun.py does, or fails by itself, would pass here.
 
 The image (tests/ce_cluster.py) is the Charliecloud tests' Debian minbase as a .sqsh whose environment says
 offline and which has an entrypoint; Python is not in it, so the test's interpreter is mounted in: by the
@@ -25,6 +29,8 @@ from bert_squad.checkpoint import checkpoint_root, complete_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
 DEV = "bert_squad/sample/dev-v1.1.json"
+# The Daint job as checked in, on the test node: its 'normal' partition is 'debug' here, 1 core a rank.
+DAINT, DAINT_OPTIONS = ROOT / "slurm" / "daint.sbatch", ["--partition=debug", "--cpus-per-task=1"]
 
 
 def edf_of_the_test(tmp_path, model):
@@ -80,7 +86,7 @@ def assert_same_weights_on_both_ranks(out):
     return metrics
 
 
-def test_two_ranks_train_and_evaluate_in_ce_containers(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+def test_two_ranks_train_and_evaluate_in_edf_containers(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
     """2 ranks train and evaluate in the EDF's containers: equal weights on both, the predictions those of one
     process outside any container; each rank saw the host's environment under the image's under the EDF's."""
     scratch = tmp_path / "scratch"
@@ -102,7 +108,7 @@ def test_two_ranks_train_and_evaluate_in_ce_containers(ce_cluster, ce_image, ce_
     assert ce_srun.leftovers() == []
 
 
-def test_end_of_job_signal_in_ce_containers_requeues_and_resumes(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+def test_end_of_job_signal_in_edf_containers_requeues_and_resumes(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
     """USR1 to the batch shell -> srun -> the ranks inside their containers: one checkpoint, exit 75, the job
     requeues itself and the requeued run resumes from that checkpoint and finishes."""
     scratch = tmp_path / "scratch"
@@ -131,14 +137,17 @@ def test_end_of_job_signal_in_ce_containers_requeues_and_resumes(ce_cluster, ce_
     assert ce_srun.leftovers() == []
 
 
-@pytest.mark.parametrize("case", ["image", "mount", "output"])
-def test_what_a_ce_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, case):
-    """A missing image, a missing mount source and an output dir the container cannot write: one line, exit
-    2, before any rank starts (the last one from the cache check, run once inside the image)."""
-    scratch = tmp_path / "scratch"
+@pytest.mark.parametrize("case", ["image", "mount", "unmounted", "output"])
+def test_what_an_edf_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, case):
+    """A missing image, a missing mount source, a cache the EDF does not mount (elsewhere than the scratch)
+    and an output dir the container cannot write: one line, exit 2, before any rank starts (the last two from
+    the task run once inside the image)."""
+    scratch, store = tmp_path / "scratch", tmp_path / "store" / "cache"
     scratch.mkdir()
+    store.mkdir(parents=True)
     image = tmp_path / "absent.sqsh" if case == "image" else ce_image
-    extra = {"BERT_SQUAD_CACHE": str(tmp_path / "no-cache")} if case == "mount" else {}
+    cache = {"mount": tmp_path / "no-cache", "unmounted": store}.get(case)
+    extra = {"BERT_SQUAD_CACHE": str(cache)} if cache else {}
     # The EDF says writable = false: the image's root file system is read-only to the container.
     out = "/opt/bert-squad-out" if case == "output" else scratch / "out"
     job, log = two_ranks(
@@ -153,6 +162,8 @@ def test_what_a_ce_job_cannot_start_without_is_one_line(ce_cluster, ce_image, ce
     assert {
         "image": f"image {image} is absent",
         "mount": f"mount source {tmp_path}/no-cache does not exist",
+        "unmounted": f"bert-squad: error: {store} is not inside the container: add it to the mounts of "
+        f"{tmp_path}/test.toml",
         "output": "/opt/bert-squad-out: output dir cannot be written (Read-only file system)",
     }[case] in errors[0]
     assert not probes(scratch)  # no rank's python started
@@ -174,15 +185,10 @@ def daint_env(ce_srun, scratch, image, *mounts):
     return ce_srun.env(env)
 
 
-def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
-    """docs/clusters.md's Daint steps, with slurm/daint.sbatch and slurm/daint.toml as checked in, on the test
-    node ('normal' is 'debug' here; 1 core a rank): `download` inside an image whose environment says offline
-    fills the cache on the scratch from a hub (tests/hub_server.py); 2 ranks train offline from that cache in
-    the EDF's containers (writable, the image's entrypoint run), one GPU each through --gpus-per-task;
-    bert-squad-test reads the trained model."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    daint, options = ROOT / "slurm" / "daint.sbatch", ["--partition=debug", "--cpus-per-task=1"]
+def daint_download(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, scratch, **extra):
+    """`sbatch slurm/daint.sbatch download --model org/tiny-bert` from a hub serving the tiny model (the test
+    node's partition, 1 core a rank); returns (job info, log text) once it ended, having asserted that the
+    model came from the hub."""
     # The shipped images have CA certificates, which this machine's environment names (SSL_CERT_FILE): the
     # test image has none of its own.
     certs = ["/etc/ssl/certs"] if Path("/etc/ssl/certs").is_dir() else []
@@ -191,14 +197,26 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
             ce_cluster,
             tmp_path,
             ["download", "--model", "org/tiny-bert", "--train-file", "bert_squad/sample/train-v1.1.json"],
-            {**daint_env(ce_srun, scratch, ce_image, *certs), "HF_ENDPOINT": url},
-            daint,
-            options,
+            {**daint_env(ce_srun, scratch, ce_image, *certs), "HF_ENDPOINT": url, **extra},
+            DAINT,
+            DAINT_OPTIONS,
         )
         info, text = finished(ce_cluster, job, log)
     assert info["JobState"] == "COMPLETED", f"{info}\n{text[-4000:]}"
-    assert re.search(rf"^model -> {scratch}/cache/hub/models--org--tiny-bert/snapshots/\w+$", text, re.M), text
     assert any(r.startswith("GET /org/tiny-bert/resolve/") for r in requests), requests
+    return info, text
+
+
+def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+    """docs/clusters.md's Daint steps, with slurm/daint.sbatch and slurm/daint.toml as checked in, on the test
+    node ('normal' is 'debug' here; 1 core a rank): `download` inside an image whose environment says offline
+    fills the cache on the scratch from a hub (tests/hub_server.py); 2 ranks train offline from that cache in
+    the EDF's containers (writable, the image's entrypoint run), one GPU each through --gpus-per-task;
+    bert-squad-test reads the trained model."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    _, text = daint_download(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, scratch)
+    assert re.search(rf"^model -> {scratch}/cache/hub/models--org--tiny-bert/snapshots/\w+$", text, re.M), text
     [record] = probes(scratch)  # the download, in the image, whose offline switches it overrides for itself
     assert record["env"]["BERT_SQUAD_IMAGE_ENV"] == "offline" and record["env"]["HF_HUB_OFFLINE"] == "1", record
     for p in (scratch / "probes").iterdir():
@@ -206,7 +224,7 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
 
     out = scratch / "model"
     train = [a for a in ch_train_args("org/tiny-bert", out, "--no-eval") if a not in ("--eval-file", DEV)]
-    job, log = two_ranks(ce_cluster, tmp_path, train, daint_env(ce_srun, scratch, ce_image), daint, options)
+    job, log = two_ranks(ce_cluster, tmp_path, train, daint_env(ce_srun, scratch, ce_image), DAINT, DAINT_OPTIONS)
     info, text = finished(ce_cluster, job, log)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
     assert f"runtime ce image {ce_image} environment {ROOT}/slurm/daint.toml, launcher srun" in text, text[:3000]
@@ -239,3 +257,15 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(json.loads(r.stdout)) == 2
+
+
+def test_daint_mounts_a_cache_outside_the_scratch(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path):
+    """A cache on another file system than the scratch (/store, say): slurm/daint.toml mounts it too, so
+    `download` in the container fills the host's cache, not the container's own file system."""
+    scratch, store = tmp_path / "scratch", tmp_path / "store" / "cache"
+    scratch.mkdir()
+    store.mkdir(parents=True)
+    _, text = daint_download(ce_cluster, ce_image, ce_srun, tiny_model, tmp_path, scratch, BERT_SQUAD_CACHE=str(store))
+    found = re.search(rf"^model -> ({store}/hub/models--org--tiny-bert/snapshots/\w+)$", text, re.M)
+    assert found and (Path(found.group(1)) / "config.json").is_file(), text
+    assert ce_srun.leftovers() == []
