@@ -11,23 +11,27 @@ BUDGET_S (else recorded as not run):
    kit's wheels into a folder of their own (pip --no-index --no-deps --target), first on PYTHONPATH from then
    on; every requirement of what the kit installed checked against the kit and the host's versions
    (bench/gpu_kit.py's `unmet`). One unmet stops the command here, with the list.
-2. ds_bf16, with the project's batching, then with fixed padding: BERT-base with random weights
+2. hf-trainer, the peer: Hugging Face's Trainer set up as run_qa.py sets it up (bench/hf_trainer.py), on the
+   same model, data, batch and length at fixed padding. It runs in every call, --only or not: each row after
+   it states its ratio to it (`x_trainer`).
+3. ds_bf16, with the project's batching, then with fixed padding: BERT-base with random weights
    (bench/throughput.py's model, BERT's vocabulary from the kit) on the shipped sample at 384 tokens, stride
    128, one DataLoader over every epoch, no export. Logged every `log_every` steps; the figure is the median
-   window after the first (warm-up).
-3. correctness: the shipped sample trained in fp32 (a small BERT without dropout, the same weights, order and
+   window after the first (warm-up), the peer's too.
+4. the `gpu` test tier (tests/test_gpu.py).
+5. correctness: the shipped sample trained in fp32 (a small BERT without dropout, the same weights, order and
    fixed padding) on the device and on this host's CPU: every step's loss agrees within LOSS_RTOL.
-4. ds_fp16 and ds_zero2 rows; then ds_bf16 with --compile on fixed padding (one shape: no recompiles); then
-   ds_fp32 and ds_zero3; last the `gpu` test tier (tests/test_gpu.py).
+6. ds_fp16 and ds_zero2 rows; then ds_bf16 with --compile on fixed padding (one shape: no recompiles); then
+   ds_fp32, ds_fp32 with --tf32, and ds_zero3.
 
-Every row records the optimizer class the engine built, DeepSpeed's wrapper around it, the steps skipped for
-an fp16 overflow, the precision path and the window. What comes back fits a runner that returns at most 8
-files two folders down: DIR/gpu_check.json and DIR/gpu_check.md, rewritten after every section (a kill
-leaves what was done), and DIR/gpu_check.log, every command's output in turn. Each section's result line is
-printed as it ends; the table last. A command cut at the budget has its whole process group killed. Exit 1
-when a section failed. Tiny mode (the default where torch sees no GPU): a 2-layer model, 128 tokens, a few
-steps, no --compile (minutes of C++ builds on a CPU); a config the project refuses on this host (fp16 on a
-CPU) is skipped with the project's reason.
+Every row records the optimizer class the engine built, the wrapper around it (DeepSpeed's; Accelerate's for
+the peer), the steps skipped for an fp16 overflow, the precision path and the window. What comes back fits a
+runner that returns at most 8 files two folders down: DIR/gpu_check.json and DIR/gpu_check.md, rewritten
+after every section (a kill leaves what was done), and DIR/gpu_check.log, every command's output in turn.
+Each section's result line is printed as it ends; the table last. A command cut at the budget has its whole
+process group killed. Exit 1 when a section failed. Tiny mode (the default where torch sees no GPU): a
+2-layer model, 128 tokens, a few steps, no --compile (minutes of C++ builds on a CPU); a config the project
+refuses on this host (DeepSpeed's fp16 section on a CPU) is skipped with the project's reason.
 """
 
 import argparse
@@ -53,9 +57,31 @@ LOSS_RTOL = 1e-3  # fp32 on a GPU and on a CPU differ by rounding only
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
 FILES = {"json": "gpu_check.json", "table": "gpu_check.md", "log": "gpu_check.log"}
+PEER = "hf-trainer"  # Hugging Face's Trainer as run_qa.py sets it up (bench/hf_trainer.py): in every call
+# Seconds each section takes on one H100, start-up included: whether it still fits in what is left decides if it
+# starts. From what each took in the call of 2026-11-26 (../shared/gpu/README.md beside the checkout, "What each
+# section took there"), before the configs' step changed. The peer: run_qa.py's 400 steps took 16 s there after
+# about 30 s of start-up. The gpu tier: its 4 tests took 63 s though each died before its first step; about 90
+# with their few steps, evaluation and export. Not measured there: --compile (the fixed row's 49 s and about 150
+# s of inductor's compile of BERT-base's forward and backward) and --tf32 (ds_fp32's). 783 s in all: by these,
+# --compile and ds_zero3 do not fit in BUDGET_S after the rest, and wait for a second call (--only).
+ESTIMATE_S = {
+    "install": 15,
+    PEER: 50,
+    "ds_bf16": 64,
+    "ds_bf16-fixed": 49,
+    "gpu-tests": 90,
+    "correctness": 37,
+    "ds_fp16": 51,
+    "ds_zero2": 53,
+    "compile": 200,
+    "ds_fp32": 38,
+    "ds_fp32-tf32": 38,
+    "ds_zero3": 98,
+}
 # Per mode: the measured model's shape (BertConfig fields), the correctness model's, tokens per window, steps
-# of the two goal rows and of the others, the log interval (a window), the correctness run's steps, and each
-# section's estimated seconds on one H100 (start-up included) that decide whether it still fits.
+# of the peer and the two goal rows and of the others, the log interval (a window), the correctness run's
+# steps, and each section's estimate.
 MODES = {
     "gpu": dict(
         model={},
@@ -65,7 +91,7 @@ MODES = {
         steps=300,
         log_every=100,
         loss_steps=8,
-        estimate=dict(install=60, row=45, correctness=90, compile=200, tests=150),
+        estimate=ESTIMATE_S,
     ),
     "tiny": dict(
         model=TINY,
@@ -75,7 +101,7 @@ MODES = {
         steps=4,
         log_every=2,
         loss_steps=4,
-        estimate=dict(install=0, row=0, correctness=0, compile=0, tests=0),
+        estimate=dict.fromkeys(ESTIMATE_S, 0),
     ),
 }
 VERSIONS = (
@@ -147,7 +173,10 @@ class Check:
     def record(self, name: str, status: str, **info) -> None:
         self.result["sections"][name] = dict(status=status, **info)
         if "row" in info:
-            self.result["rows"].append(dict(info["row"], status=status))
+            row = info["row"]  # the section's record and the table's row alike
+            row["status"] = status
+            self.result["rows"].append(row)
+            row["x_trainer"] = x_trainer(self.result["rows"])
         self.save()
         detail = summary(name, self.result["sections"][name])
         print(
@@ -165,6 +194,13 @@ class Check:
             tmp = self.out / f".{FILES[key]}.tmp"
             tmp.write_text(text + "\n")
             tmp.replace(self.out / FILES[key])
+
+
+def x_trainer(rows: list) -> Optional[float]:
+    """The last row's samples/s over the peer's in this call; None where either did not measure."""
+    peer = next((r for r in rows if r["run"] == PEER and r["status"] == "ok"), None)
+    last = rows[-1]
+    return last["samples_per_second"] / peer["samples_per_second"] if peer and last["status"] == "ok" else None
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -222,6 +258,13 @@ def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> d
     )
 
 
+def run_metrics(check: Check, name: str, cmd: list, out: Path, env: Optional[dict] = None) -> tuple:
+    """(the train_metrics.json a run wrote into `out`, or None; its output; its exit code)."""
+    code, text = check.call(name, cmd, env=env)
+    metrics = None if code else json.loads((out / "train_metrics.json").read_text())
+    return metrics, text, code
+
+
 def train(
     check: Check,
     name: str,
@@ -231,13 +274,9 @@ def train(
     extra: tuple = (),
     env: Optional[dict] = None,
 ) -> tuple:
-    """One training run of bench/throughput.py's command (no export): (train_metrics.json or None, output,
-    exit code)."""
+    """One training run of bench/throughput.py's command (no export): run_metrics' triple."""
     out = check.work / name
-    cmd = throughput.command(args, out, fixed, log_every) + list(extra)
-    code, text = check.call(name, cmd, env=env)
-    metrics = None if code else json.loads((out / "train_metrics.json").read_text())
-    return metrics, text, code
+    return run_metrics(check, name, throughput.command(args, out, fixed, log_every) + list(extra), out, env)
 
 
 def window(logs: list, log_every: int) -> dict:
@@ -256,23 +295,36 @@ def window(logs: list, log_every: int) -> dict:
 def measure(
     check: Check, name: str, config: str, args: argparse.Namespace, fixed: bool = False, extra: tuple = ()
 ) -> dict:
-    """One row of the table: a training run, its median window, and what the engine built."""
+    """One row of the table: a training run of the project, its median window, and what the engine built."""
     run_args = argparse.Namespace(**{**vars(args), "deepspeed_config": config})
-    metrics, text, code = train(check, name, run_args, fixed, args.log_every, extra)
     row = dict(
         run=name,
-        config=config,
+        config=config + "".join(f" {flag}" for flag in extra),
         batching=f"fixed {args.max_seq_length}" if fixed else "project",
-        compile="--compile" in extra,
         steps=args.steps,
     )
+    return as_row(check, row, args.log_every, *train(check, name, run_args, fixed, args.log_every, extra))
+
+
+def peer(check: Check, args: argparse.Namespace) -> dict:
+    """The peer's row: Hugging Face's Trainer as run_qa.py sets it up, same model, data, length and steps."""
+    out = check.work / PEER
+    cmd = [sys.executable, Path(__file__).with_name("hf_trainer.py"), "--model", args.model, "--out", out]
+    cmd += ["--train-file", args.train_file, "--max-seq-length", args.max_seq_length]
+    cmd += ["--steps", args.steps, "--log-every", args.log_every]
+    row = dict(run=PEER, config="Trainer, as run_qa.py", batching=f"fixed {args.max_seq_length}", steps=args.steps)
+    return as_row(check, row, args.log_every, *run_metrics(check, PEER, cmd, out))
+
+
+def as_row(check: Check, row: dict, log_every: int, metrics: Optional[dict], text: str, code: int) -> dict:
+    """A section's record of one measured run: its row with the median window and what trained it."""
     if not metrics:  # the project refuses what this host cannot run (exit 2, one line): a skip in tiny mode
         return dict(
             status="skipped" if code == 2 and check.mode == "tiny" else "failed",
             why=last_line(text),
             row=dict(row, why=last_line(text)),
         )
-    engine, win = metrics["engine"], window(metrics["logs"], args.log_every)
+    engine, win = metrics["engine"], window(metrics["logs"], log_every)
     rates = win.pop("chosen")
     path = (
         f"{metrics['precision']}: {engine['optimizer'].rsplit('.', 1)[-1]}"
@@ -331,8 +383,8 @@ def summary(name: str, s: dict) -> str:
         r, w = s["row"], s["row"]["window"]
         mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else ""
         return (
-            f"{r['samples_per_second']:.1f} samples/s{mfu}, steps {w['steps']} (median of {w['of']} windows), "
-            f"{r['precision_path']}, {r['skipped_steps']} skipped steps"
+            f"{r['samples_per_second']:.1f} samples/s ({times(r['x_trainer'])} the Trainer's){mfu}, steps "
+            f"{w['steps']} (median of {w['of']} windows), {r['precision_path']}, {r['skipped_steps']} skipped steps"
         )
     if name == "correctness" and "devices" in s:
         return (
@@ -346,6 +398,10 @@ def summary(name: str, s: dict) -> str:
     return s.get("why") or s.get("summary") or ""
 
 
+def times(ratio: Optional[float]) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
 def markdown(result: dict) -> str:
     """The table of the throughput rows, then one line per section."""
     v = result["versions"]
@@ -356,21 +412,23 @@ def markdown(result: dict) -> str:
         ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets") if k in v)
         or "versions unknown: the install section did not finish",
         "",
-        "| run | batching | precision path | batch | window | samples/s | tokens/s | TFLOP/s/device | MFU "
-        "| skipped steps | peak memory GiB | status |",
-        "| --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --- |",
+        "| run | config | batching | precision path | batch | window | samples/s | x Trainer | tokens/s "
+        "| TFLOP/s/device | MFU | skipped steps | peak memory GiB | status |",
+        "| --- | --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --: | --- |",
     ]
     for r in result["rows"]:
         if r["status"] == "ok":
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
             lines.append(
-                f"| {r['run']} | {r['batching']} | {r['precision_path']} | {r['batch']} | steps "
-                f"{r['window']['steps']} of {r['steps']} | {r['samples_per_second']:.1f} | "
-                f"{r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | {mfu} | {r['skipped_steps']} "
+                f"| {r['run']} | {r['config']} | {r['batching']} | {r['precision_path']} | {r['batch']} | steps "
+                f"{r['window']['steps']} of {r['steps']} | {r['samples_per_second']:.1f} | {times(r['x_trainer'])} "
+                f"| {r['tokens_per_second']:.0f} | {r['tflops_per_device']:.2f} | {mfu} | {r['skipped_steps']} "
                 f"| {r['peak_memory_gib']:.2f} | ok |"
             )
         else:
-            lines.append(f"| {r['run']} | {r['batching']} | | | | | | | | | | {r['status']}: {r['why']} |")
+            lines.append(
+                f"| {r['run']} | {r['config']} | {r['batching']} |" + " |" * 10 + f" {r['status']}: {r['why']} |"
+            )
     lines.append("")
     for name, s in result["sections"].items():
         detail = summary(name, s)
@@ -380,19 +438,22 @@ def markdown(result: dict) -> str:
 
 def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Optional[argparse.Namespace]) -> list:
     """(name, estimated seconds, body) of every section after install, in the order of what they are worth:
-    the goal's two bf16 rows, the correctness check, the other 16-bit rows, --compile, the rest, the gpu tier."""
+    the peer, the goal's two bf16 rows, the gpu tier, the correctness check, the other 16-bit rows, --compile,
+    fp32 without and with TF32, ZeRO-3."""
     mode = MODES[check.mode]
     est = mode["estimate"]
     goal = base and argparse.Namespace(**{**vars(base), "steps": mode["goal_steps"]})
 
-    def row(name: str, config: str, args=None, fixed: bool = False, extra: tuple = ()) -> tuple:
-        return name, est["row"], lambda: measure(check, name, config, args or base, fixed, extra)
+    def row(name: str, config: str, kind: str = "", args=None, fixed: bool = False, extra: tuple = ()) -> tuple:
+        return name, est[kind or name], lambda: measure(check, name, config, args or base, fixed, extra)
 
     compile_row = f"ds_bf16-fixed-{seq}-compile"
-    compiled = row(compile_row, "ds_bf16", fixed=True, extra=("--compile",))[2]
+    compiled = row(compile_row, "ds_bf16", "compile", fixed=True, extra=("--compile",))[2]
     return [
-        row("ds_bf16", "ds_bf16", goal),
-        row(f"ds_bf16-fixed-{seq}", "ds_bf16", goal, fixed=True),
+        (PEER, est[PEER], lambda: peer(check, goal)),
+        row("ds_bf16", "ds_bf16", args=goal),
+        row(f"ds_bf16-fixed-{seq}", "ds_bf16", "ds_bf16-fixed", goal, fixed=True),
+        ("gpu-tests", est["gpu-tests"], lambda: gpu_tests(check)),
         ("correctness", est["correctness"], lambda: correctness(check, small)),
         row("ds_fp16", "ds_fp16"),
         row("ds_zero2", "ds_zero2"),
@@ -408,8 +469,8 @@ def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Opti
             ),
         ),
         row("ds_fp32", "ds_fp32"),
+        row("ds_fp32-tf32", "ds_fp32", extra=("--tf32",)),
         row("ds_zero3", "ds_zero3"),
-        ("gpu-tests", est["tests"], lambda: gpu_tests(check)),
     ]
 
 
@@ -439,7 +500,7 @@ def main() -> int:
         "--only",
         nargs="+",
         metavar="SECTION",
-        help="after install, only these sections (names as the report gives them)",
+        help=f"after install and {PEER}, only these sections (names as the report gives them)",
     )
     p.add_argument(
         "--host-packages",
@@ -464,7 +525,7 @@ def main() -> int:
             check.stop([name for name, *_ in plan(check, seq, None, None)], "install did not succeed: see its line")
         else:
             for name, estimate, body in plan(check, seq, *models(check, args.kit, seq)):
-                if not args.only or name in args.only:
+                if not args.only or name in args.only or name == PEER:
                     check.section(name, estimate, body)
     print("\n" + markdown(check.result), flush=True)
     return 1 if any(s["status"] == "failed" for s in check.result["sections"].values()) else 0

@@ -6,19 +6,19 @@ they resolve there: what `make gpu-kit` runs.
     python bench/gpu_kit.py --check gpu-kit     # check a kit
 
 Which wheels: the project's requirements, followed through this environment's installed metadata, less
-what the host can be relied on for (bench/gpu_host.txt): a package it has in a version read there that meets
-the requirement, or in a version nobody read where the requirement names no version. Everything else is
-carried (`carried`): what the host lacks, and what a requirement bounds (datasets' pyarrow>=24, say) where
-the host's version was not read or does not meet it; the kit's folder comes first on the host's path. Each is
-pinned to the version installed here, the one the test suite ran against, and fetched as PyPI's wheel for the
-host's platform; a package that publishes only an sdist (DeepSpeed, python-hostlist) is built here into a
+what the host can be relied on for: a package bench/gpu_host.txt (the host's own `pip list`) gives at a version
+that meets the requirement. Everything else is carried (`carried`): what the host lacks, and what it holds at
+a version a requirement refuses; the kit's folder comes first on the host's path. Each is pinned to the
+version installed here, the one the test suite ran against, and fetched as PyPI's wheel for the host's
+platform; a package that publishes only an sdist (DeepSpeed, python-hostlist) is built here into a
 pure-Python wheel (DeepSpeed with DS_BUILD_OPS=0: no compiled ops, which the shipped configs do not use). The
 project's own wheel comes last, and beside the wheels BERT's uncased tokenizer (tokenizer/), for the random
-BERT-base that bench/gpu_check.py measures. The kit and the checkout travel together: both within MAX_MIB.
+BERT-base that bench/gpu_check.py measures. The kit stays within KIT_MAX_MIB, and with the checkout it
+travels beside within MAX_MIB.
 
 The check resolves the project with pip for Python 3.12 on the host's platform from the kit and stand-ins
-for the host's packages only (metadata-only wheels at the versions bench/gpu_host.txt gives, else the one
-installed here), with no index: every requirement must be met by the kit or by the host.
+for the host's packages only (metadata-only wheels at the versions bench/gpu_host.txt gives), with no index:
+every requirement must be met by the kit or by the host.
 """
 
 import argparse
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 from packaging.requirements import Requirement
 
@@ -59,6 +60,7 @@ PLATFORM = [
     *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64") for a in ("--platform", p)],
 ]
 MAX_MIB = 64  # what the GPU host's runner takes of the working tree and the kit together
+KIT_MAX_MIB = 16  # the kit alone: what the host lacks, no package it already holds at a usable version
 TOKENIZER = "tokenizer"  # a folder of the kit beside the wheels
 
 
@@ -67,18 +69,18 @@ def norm(name):
 
 
 def read_versions(text: str) -> dict:
-    """{normalised name: version, or None for a bare name} from NAME==VERSION lines: bench/gpu_host.txt, or
-    the output of `pip list --format=freeze`; comments and any other line (pip's warnings) are passed over."""
+    """{normalised name: version} from NAME==VERSION lines: bench/gpu_host.txt, or the output of `pip list
+    --format=freeze`; comments and any other line (pip's warnings) are passed over."""
     found = {}
     for line in text.splitlines():
-        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*(\S+))?", line.split("#")[0].strip())
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)", line.split("#")[0].strip())
         if match:
             found[norm(match[1])] = match[2]
     return found
 
 
 def host_packages(path=HOST_FILE):
-    """{normalised name: version read on the host, or None} from bench/gpu_host.txt."""
+    """{normalised name: version on the host} from bench/gpu_host.txt."""
     return read_versions(Path(path).read_text())
 
 
@@ -87,6 +89,11 @@ def requirements(dist, env=TARGET):
     on `env` (no extras asked for)."""
     reqs = [Requirement(r) for r in ((md.requires(dist) if isinstance(dist, str) else dist.requires) or [])]
     return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
+
+
+def meets(req: Requirement, version: Optional[str]) -> bool:
+    """Whether a distribution at `version` (None: absent) gives what `req` asks for."""
+    return version is not None and req.specifier.contains(version, prereleases=True)
 
 
 def unmet(site, host: dict) -> list:
@@ -99,19 +106,14 @@ def unmet(site, host: dict) -> list:
     for dist in kit.values():
         for req in requirements(dist, env={"extra": ""}):
             version = found.get(norm(req.name))
-            if version is None or not req.specifier.contains(version, prereleases=True):
+            if not meets(req, version):
                 lines.append(f"{dist.metadata['Name']} needs {req}, finds {version or 'none'}")
     return sorted(lines)
 
 
 def carried(req: Requirement, host: dict) -> bool:
-    """Whether the kit must carry what `req` asks for: the host lacks it, or the requirement bounds the version
-    and the host's was not read or does not meet it."""
-    name = norm(req.name)
-    if name not in host:
-        return True
-    version = host[name]
-    return bool(req.specifier) and (version is None or not req.specifier.contains(version, prereleases=True))
+    """Whether the kit must carry what `req` asks for: the host lacks it, or holds a version `req` refuses."""
+    return not meets(req, host.get(norm(req.name)))
 
 
 def kit_packages(host):
@@ -205,17 +207,9 @@ def check(kit):
     kit, host = Path(kit), host_packages()
     wheels = {norm(w.name.split("-")[0]) for w in kit.glob("*.whl")}
     with tempfile.TemporaryDirectory() as stubs:
-        assumed = []
         for name, version in host.items():
-            if name in wheels:
-                continue  # the kit's copy shadows the host's
-            if version is None:
-                try:
-                    version = md.version(name)
-                except md.PackageNotFoundError:
-                    continue  # nothing the project needs here, or the resolution fails below and says so
-                assumed.append(name)
-            stub_wheel(stubs, name, version)
+            if name not in wheels:  # the kit's copy shadows the host's
+                stub_wheel(stubs, name, version)
         cmd = [
             "install",
             "--dry-run",
@@ -237,16 +231,18 @@ def check(kit):
             sys.exit(f"gpu-kit: the kit does not resolve for the host:\n{r.stderr[-3000:]}")
     chosen = {norm(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(r.stdout)["install"]}
     for name, version in sorted(chosen.items()):
-        where = "kit" if name in wheels else "host, assumed" if name in assumed else "host"
-        print(f"  {name}=={version}  ({where})")
+        print(f"  {name}=={version}  ({'kit' if name in wheels else 'host'})")
     unused = wheels - set(chosen)
     size, tree = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20, checkout_mib()
     print(
         f"gpu-kit: {len(wheels)} wheels, {size:.1f} MiB (with the checkout's {tree:.1f} MiB: {size + tree:.1f}); "
         f"resolves for CPython 3.12 manylinux x86_64{'; unused: ' + ', '.join(sorted(unused)) if unused else ''}"
     )
-    if unused or size + tree >= MAX_MIB:
-        sys.exit(f"gpu-kit: a kit must hold only what resolves, and with the checkout stay under {MAX_MIB} MiB")
+    if unused or size > KIT_MAX_MIB or size + tree >= MAX_MIB:
+        sys.exit(
+            f"gpu-kit: a kit must hold only what resolves, within {KIT_MAX_MIB} MiB, and with the checkout stay "
+            f"under {MAX_MIB} MiB"
+        )
 
 
 def main():

@@ -188,30 +188,36 @@ def test_memory_bench_gives_each_phase_a_row_per_rank_count(tiny_model, sample_t
 
 
 def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
-    """`make gpu-kit` (needs PyPI): the wheels an offline CPython 3.12 host with its own torch and transformers
-    lacks, DeepSpeed built into a pure-Python wheel, the project's own, and what a requirement bounds where the
-    host's version was never read (datasets' pyarrow>=24, tqdm>=4.66.3, fsspec<=...; the project's rich>=13),
-    within 64 MiB with the checkout; without one of them it cannot resolve."""
+    """`make gpu-kit` (needs PyPI): against the H100 host's own package list (bench/gpu_host.txt), the wheels an
+    offline CPython 3.12 host with its own torch and transformers lacks, DeepSpeed built into a pure-Python wheel,
+    the project's own; what the host holds at a version the requirements accept (pyarrow 25.0.1 for datasets'
+    pyarrow>=24, tqdm, fsspec, rich) stays out, so the kit keeps within 16 MiB; without one of its wheels the
+    project cannot resolve."""
+    gpu_kit = bench_module("gpu_kit")
     kit = tmp_path / "gpu-kit"
     r = subprocess.run(
         [PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     wheels = {w.name.split("-")[0]: w.name for w in kit.glob("*.whl")}
-    assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core"} <= wheels.keys(), wheels
-    assert {"pyarrow", "tqdm", "fsspec", "rich"} <= wheels.keys(), wheels  # bounded, the host's version unread
-    assert not {"torch", "transformers", "numpy", "tokenizers"} & wheels.keys(), wheels
+    assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core", "dill"} <= wheels.keys(), wheels
+    assert not {"pyarrow", "tqdm", "fsspec", "rich", "torch", "transformers", "numpy", "tokenizers"} & wheels.keys()
     assert wheels["deepspeed"].endswith("-py3-none-any.whl") and "cp312" in wheels["pydantic_core"]
     assert (kit / "tokenizer" / "tokenizer.json").exists()
-    assert sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) < 64 * 2**20
+    assert gpu_kit.KIT_MAX_MIB == 16
+    assert sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) <= gpu_kit.KIT_MAX_MIB * 2**20
     assert re.search(r"MiB \(with the checkout's [\d.]+ MiB: (\d+\.\d)\)", r.stdout)
     assert "--no-index" in r.stdout and "resolves for CPython 3.12" in r.stdout
-    assert "torch==2.11.0  (host)" in r.stdout and "deepspeed==" in r.stdout and "pandas==" in r.stdout
-    assert re.search(r"pandas==\S+  \(host, assumed\)", r.stdout)  # datasets takes any pandas
+    assert "torch==2.11.0  (host)" in r.stdout and "pyarrow==25.0.1  (host)" in r.stdout
+    assert "deepspeed==" in r.stdout and "pandas==3.0.6  (host)" in r.stdout
+    check = [PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit]
+    padding = kit / "tokenizer" / "padding.bin"
+    padding.write_bytes(b"\0" * (gpu_kit.KIT_MAX_MIB * 2**20))  # past 16 MiB, far from the 64 of the runner
+    r = subprocess.run(check, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode != 0 and "within 16 MiB" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    padding.unlink()
     (kit / wheels["datasets"]).unlink()
-    r = subprocess.run(
-        [PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
+    r = subprocess.run(check, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode != 0 and "the kit does not resolve for the host" in r.stderr and "datasets" in r.stderr
 
 
@@ -244,9 +250,11 @@ def section_lines(lines):
 def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     """bench/gpu_check.py end to end on a CPU with tiny shapes, from a kit of the project's wheel alone (built
     offline): each section's line printed as it ends (the first while the rest still runs), the table last;
-    three files, none deeper than the host's runner brings back; a row per shipped config (fp16 ones refused
-    here with the project's reason) recording the optimizer the engine built, its skipped steps, its precision
-    path and window; the fp32 losses of two runs compared; the gpu tier run."""
+    three files, none deeper than the host's runner brings back; the sections in their order (the Trainer peer,
+    the two goal rows, the gpu tier right after them, then the rest); a row per shipped config and for --tf32
+    (DeepSpeed's fp16 section refused here with the project's reason) recording the optimizer the engine built,
+    its skipped steps, its precision path, its window and its ratio to the Trainer row; the fp32 losses of two
+    runs compared; the gpu tier run."""
     kit, out = project_wheel(tmp_path / "kit"), tmp_path / "out"
     proc = subprocess.Popen(
         [PYTHON, ROOT / "bench" / "gpu_check.py", "--out", out, "--kit", kit, "--tiny"],
@@ -269,39 +277,90 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
         proc.kill()
     result = json.loads((out / "gpu_check.json").read_text())
     sections = result["sections"]
-    assert section_lines(lines) == list(sections) and sections["install"]["status"] == "ok"
+    assert (
+        section_lines(lines)
+        == list(sections)
+        == [
+            "install",
+            "hf-trainer",
+            "ds_bf16",
+            "ds_bf16-fixed-128",
+            "gpu-tests",
+            "correctness",
+            "ds_fp16",
+            "ds_zero2",
+            "ds_bf16-fixed-128-compile",
+            "ds_fp32",
+            "ds_fp32-tf32",
+            "ds_zero3",
+        ]
+    )
     table_at = lines.index(f"# bench/gpu_check.py on cpu: tiny mode, {result['seconds']:.0f} s")
     assert table_at > max(i for i, line in enumerate(lines) if section_lines([line]))
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
     assert sorted(map(str, files)) == ["gpu_check.json", "gpu_check.log", "gpu_check.md"]
     assert all(len(f.parts) <= 3 and re.fullmatch(r"[A-Za-z0-9._-]+", f.name) for f in files)
     install = sections["install"]
-    assert result["mode"] == "tiny" and (install["wheels"], install["unmet"]) == (1, [])
+    assert result["mode"] == "tiny" and (install["status"], install["wheels"], install["unmet"]) == ("ok", 1, [])
     assert result["host_packages"]["torch"].startswith("2.") and install["host_packages"] > 10
     assert "gpu-check-" in result["versions"]["bert_squad_from"]  # the kit's copy, not the checkout
     rows = {row["run"]: row for row in result["rows"]}
     configs = sorted(p.stem for p in (ROOT / "bert_squad" / "configs").glob("*.json"))
-    assert set(rows) == {*configs, "ds_bf16-fixed-128"}
-    for name in ("ds_fp32", "ds_bf16", "ds_bf16-fixed-128"):
-        row = rows[name]
-        assert row["status"] == "ok" and row["samples_per_second"] > 0, row
-        assert row["optimizer"] == "torch.optim.adamw.AdamW" and row["skipped_steps"] == 0, row
-        assert row["window"]["of"] == len(row["window"]["samples_per_second_per_window"]) - 1 >= 1, row
-    assert rows["ds_bf16"]["precision_path"] == "bf16: AdamW in DeepSpeedZeroOptimizer"
-    assert rows["ds_bf16-fixed-128"]["batching"] == "fixed 128" and rows["ds_bf16"]["batching"] == "project"
-    assert all(
-        rows[c]["status"] == "skipped" and "fp16.enabled needs a GPU" in rows[c]["why"]
-        for c in ("ds_fp16", "ds_zero2", "ds_zero3")
-    )
+    assert set(rows) == {"hf-trainer", *configs, "ds_bf16-fixed-128", "ds_fp32-tf32"}
+    assert_tiny_rows(rows)
     loss = sections["correctness"]
     assert loss["status"] == "ok" and loss["devices"] == {"device": "cpu", "cpu": "cpu"}
     assert len(loss["losses"]["device"]) == loss["steps"] == 4 and loss["max_relative_difference"] <= loss["tolerance"]
     assert sections["gpu-tests"]["status"] == "skipped" and sections["gpu-tests"]["counts"]["skipped"] >= 1
     assert sections["ds_bf16-fixed-128-compile"]["status"] == "skipped"
     table = (out / "gpu_check.md").read_text()
-    assert all(f"| {name} |" in table for name in rows) and "- correctness: ok" in table
+    assert "| samples/s | x Trainer |" in table and "- correctness: ok" in table
+    assert all(f"| {name} | {row['config']} |" in table for name, row in rows.items())
+    assert all(f"| {row['x_trainer']:.2f}x |" in table for row in rows.values() if row["status"] == "ok")
     log = (out / "gpu_check.log").read_text()
-    assert all(f"===== {name}: $" in log for name in ("pip list", "install", "ds_fp32", "fp32-on-cpu", "gpu-tests"))
+    ran = ("pip list", "install", "hf-trainer", "ds_fp32", "fp32-on-cpu", "gpu-tests")
+    assert all(f"===== {name}: $" in log for name in ran)
+    assert re.search(r"===== ds_fp32-tf32: \$ .* --tf32$", log, re.M) and "hf_trainer.py" in log
+
+
+def assert_tiny_rows(rows):
+    """The rows of a tiny gpu_check on a CPU: the Trainer's set up as run_qa.py sets it up (fixed padding, bf16
+    autocast, torch's fused AdamW in Accelerate's wrapper); the project's autocast configs run, DeepSpeed's
+    fp16 section is refused; each measured row's samples/s over the Trainer's is its ratio."""
+    peer = rows["hf-trainer"]
+    assert peer["status"] == "ok" and peer["batching"] == "fixed 128" and peer["x_trainer"] == 1.0, peer
+    assert peer["precision_path"] == "bf16: AdamW in AcceleratedOptimizer under bfloat16 autocast", peer
+    for name in ("ds_bf16", "ds_bf16-fixed-128", "ds_fp16", "ds_fp32", "ds_fp32-tf32"):
+        row = rows[name]
+        assert row["status"] == "ok" and row["samples_per_second"] > 0, row
+        assert row["optimizer"] == "torch.optim.adamw.AdamW" and row["skipped_steps"] == 0, row
+        assert row["window"]["of"] == len(row["window"]["samples_per_second_per_window"]) - 1 >= 1, row
+        assert row["x_trainer"] == pytest.approx(row["samples_per_second"] / peer["samples_per_second"]), row
+    assert rows["ds_bf16"]["precision_path"] == "bf16: AdamW under bfloat16 autocast"
+    assert rows["ds_fp16"]["precision_path"] == "fp16: AdamW under float16 autocast"
+    assert (rows["ds_fp32-tf32"]["config"], rows["ds_fp32-tf32"]["precision_path"]) == ("ds_fp32 --tf32", "fp32: AdamW")
+    assert rows["ds_bf16-fixed-128"]["batching"] == "fixed 128" and rows["ds_bf16"]["batching"] == "project"
+    for name in ("ds_zero2", "ds_zero3"):
+        row = rows[name]
+        assert row["status"] == "skipped" and "fp16.enabled needs a GPU" in row["why"] and row["x_trainer"] is None
+
+
+def test_the_trainer_peer_refuses_bad_input_in_one_line(tiny_model, sample_train, tmp_path):
+    """bench/hf_trainer.py, the peer row's script: no model folder, a length with no room for context (the
+    project's own check, as its rows get it), a missing data file: one line each, exit 1, no traceback."""
+    peer = [PYTHON, ROOT / "bench" / "hf_trainer.py", "--out", tmp_path / "out"]
+    cases = {
+        ("--model", tmp_path, "--train-file", sample_train): f"hf_trainer: {tmp_path} is no model folder",
+        ("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 40): (
+            "hf_trainer: --max-seq-length 40 leaves no room for context"
+        ),
+        ("--model", tiny_model, "--train-file", tmp_path / "none.json"): f"hf_trainer: {tmp_path / 'none.json'}",
+    }
+    for args, line in cases.items():
+        r = subprocess.run(list(map(str, [*peer, *args])), capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(line), r.stderr[-2000:]
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_gpu_check_stops_after_install_when_the_hosts_versions_fall_short(tmp_path):

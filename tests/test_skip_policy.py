@@ -1,6 +1,7 @@
 """The suite's skip policy (conftest.py), run for real in a pytest of its own: in a run that must run everything,
 a missing program fails the tests that need it, naming it, while a skip for this host's hardware stays a skip;
-and make test's whole suite (tests/run.sh) is such a run unless a partial one is asked for."""
+and make test's whole suite (tests/run.sh) is such a run unless a partial one is asked for. It holds on a CPU
+host and on a GPU host alike: which tier the hardware skips follows helpers.gpu_count()."""
 
 import os
 import shutil
@@ -8,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, ROOT, gpu_count
 
 
 def path_without(programs, folder):
@@ -22,9 +23,20 @@ def path_without(programs, folder):
     return str(folder)
 
 
+def hardware_skipped():
+    """(a test this host skips for its hardware, the reason it gives): the `gpu` tier's on a host where torch
+    sees no GPU, the `cpu` tier's where it sees one. Either is skipped before its fixtures are built."""
+    if gpu_count():
+        return "tests/test_train.py::test_one_rank_cpu_training_loss_falls", "assumes a CPU-only host"
+    return "tests/test_gpu.py::test_one_gpu_trains_evaluates_and_exports[ds_fp16]", "needs a CUDA or ROCm GPU"
+
+
 @pytest.mark.slow
-def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_gpu_skip_stays_a_skip(tmp_path):
-    """`cpu`+`mpi` tests used to be exempt by their marker; now only the hardware cause is."""
+def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_hardware_skip_stays_a_skip(tmp_path):
+    """`cpu`+`mpi` tests used to be exempt by their marker; now only the hardware cause is: a missing mpirun
+    fails the mpi test on any host, while the hardware tier this host cannot run (`gpu` here without a GPU,
+    `cpu` on a GPU host) stays skipped."""
+    skipped, reason = hardware_skipped()
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not installed, so hiding it shows nothing (make test installs Open MPI)")
     env = dict(
@@ -42,7 +54,7 @@ def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_gpu_skip_stays_a_skip
             "-p",
             "no:cacheprovider",
             "tests/test_distributed.py::test_ranks_leave_the_process_group_together",
-            "tests/test_gpu.py::test_one_gpu_trains_evaluates_and_exports[ds_fp16]",
+            skipped,
         ],
         cwd=ROOT,
         env=env,
@@ -56,7 +68,7 @@ def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_gpu_skip_stays_a_skip
     assert "1 skipped, 1 error" in out, out[-3000:]
     assert "ERROR at setup of test_ranks_leave_the_process_group_together" in out
     assert "mpirun is not installed" in out
-    assert "SKIPPED" in out and "needs a CUDA or ROCm GPU" in out
+    assert "SKIPPED" in out and reason in out and "this host's hardware: " in out
 
 
 def suite_with(folder, require_all=None):

@@ -1,0 +1,182 @@
+#!/usr/bin/env python
+"""Hugging Face's `Trainer` set up as transformers' examples/pytorch/question-answering/run_qa.py sets it up,
+on the model and data the project's rows use: the peer that bench/gpu_check.py measures in the same call, so
+every project row can say how it compares.
+
+    python bench/hf_trainer.py --model DIR --train-file F --out DIR [--max-seq-length 384] [--steps 400]
+
+What run_qa.py does that sets its speed, done the same way here: every feature padded to --max-seq-length when
+it is built and batches stacked by `default_data_collator`; `TrainingArguments` with bf16 autocast over fp32
+weights where the device has bf16 (fp32 else), torch's fused AdamW (`adamw_torch_fused`), 2 data loader
+workers with pinned memory, batch 16, lr 5e-5 with linear decay, seed 42, no checkpoints and no reports. The
+features are the project's own (`bert_squad.features.build_features`, which labels windows as run_qa.py does),
+so both sides train the same 384-token windows with stride 128.
+
+OUT/train_metrics.json has the keys of the project's that gpu_check reads: `logs` (one per logging window,
+timed where the Trainer logs, after it has read the loss from the device), `engine`, `precision`, `device`,
+`train_batch_size`, `peak_memory_gib`. Tokens/s are samples/s times the mean non-padding tokens of a feature
+(the Trainer is not asked to count them: that would read the device every step); TFLOP/s and MFU count the
+padded length, as the project's do.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH, WORKERS, LR, SEED = 16, 2, 5e-5, 42  # run_qa.py's command in docs/performance.md
+INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def padded_features(model: Path, train_file: Path, seq: int) -> tuple:
+    """(the train features padded to `seq` tokens as a datasets.Dataset, its mean non-padding tokens a feature,
+    the tokenizer)."""
+    import datasets  # heavy: after the arguments are read
+    from datasets.table import InMemoryTable
+    from transformers import AutoTokenizer
+
+    from bert_squad.config import WindowConfig
+    from bert_squad.data import read_squad
+    from bert_squad.features import build_features
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    built = build_features(read_squad(train_file), tokenizer, WindowConfig(max_seq_length=seq), None, train=True)
+    columns = {name: built[name] for name in INPUTS if name in built.column_names}
+    padded = tokenizer.pad(columns, padding="max_length", max_length=seq)
+    table = {name: padded[name] for name in columns}
+    table.update(start_positions=built["start_positions"], end_positions=built["end_positions"])
+    tokens = sum(map(sum, padded["attention_mask"])) / len(built)
+    # Its own fingerprint, as the project gives its features: datasets would otherwise hash the table with dill
+    return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=f"hf-trainer-{seq}"), tokens, tokenizer
+
+
+def windows_callback(per_sample: dict, peak: Any) -> Any:
+    """A TrainerCallback that records each logging window's rates the way the project's log lines give them."""
+    from transformers import TrainerCallback  # heavy: after the arguments are read
+
+    class Windows(TrainerCallback):
+        def __init__(self) -> None:
+            self.logs: list = []
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.since, self.step = time.perf_counter(), 0
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or "loss" not in logs:  # the summary at the end of training
+                return
+            now = time.perf_counter()
+            rate = (state.global_step - self.step) * BATCH / (now - self.since)
+            tflops = rate * per_sample["flops"] / 1e12
+            self.logs.append(
+                dict(
+                    step=state.global_step,
+                    loss=logs["loss"],
+                    samples_per_second=rate,
+                    tokens_per_second=rate * per_sample["tokens"],
+                    tflops_per_device=tflops,
+                    mfu=tflops / peak if peak else None,
+                )
+            )
+            self.since, self.step = now, state.global_step
+
+    return Windows()
+
+
+def training_arguments(out: Path, steps: int, log_every: int, bf16: bool, cpu: bool) -> Any:
+    from transformers import TrainingArguments  # heavy: after the arguments are read
+
+    return TrainingArguments(
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=BATCH,
+        learning_rate=LR,
+        max_steps=steps,
+        logging_steps=log_every,
+        save_strategy="no",
+        report_to="none",
+        seed=SEED,
+        bf16=bf16,
+        use_cpu=cpu,  # the Trainer takes bf16 on a CPU only when told it is one
+        optim="adamw_torch_fused",
+        dataloader_num_workers=WORKERS,
+        dataloader_pin_memory=True,
+    )
+
+
+def engine_facts(trainer: Any, bf16: bool) -> dict:
+    """The optimizer the Trainer built and Accelerate's wrapper around it, in the project's engine terms."""
+    wrapper = trainer.optimizer
+    inner = getattr(wrapper, "optimizer", wrapper)
+    return {
+        "optimizer": f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "optimizer_wrapper": None if inner is wrapper else type(wrapper).__name__,
+        "fused": bool(inner.defaults.get("fused")),
+        "autocast": "bfloat16" if bf16 else None,
+        "skipped_steps": 0,
+    }
+
+
+def train(args: argparse.Namespace) -> dict:
+    """The Trainer's run: what train_metrics.json records of it."""
+    import torch  # heavy: after the arguments are read
+    from transformers import AutoModelForQuestionAnswering, Trainer, default_data_collator
+    from transformers.utils import is_torch_bf16_available_on_device
+
+    from bert_squad import perf
+
+    dataset, tokens, tokenizer = padded_features(args.model, args.train_file, args.max_seq_length)
+    model = AutoModelForQuestionAnswering.from_pretrained(args.model)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16 = is_torch_bf16_available_on_device(device.type)
+    name = perf.device_name(device)
+    per_sample = {"flops": perf.flops_per_sample(perf.model_shape(model), args.max_seq_length), "tokens": tokens}
+    windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"))
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(args.out, args.steps, args.log_every, bf16, device.type == "cpu"),
+        train_dataset=dataset,
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+        callbacks=[windows],
+    )
+    trainer.train()
+    return {
+        "steps": trainer.state.global_step,
+        "train_batch_size": BATCH,
+        "precision": "bf16" if bf16 else "fp32",
+        "engine": engine_facts(trainer, bf16),
+        "device": name,
+        "logs": windows.logs,
+        "peak_memory_gib": perf.peak_memory_gib(device),
+        "features": len(dataset),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, type=Path, help="a model folder (config, weights, tokenizer)")
+    p.add_argument("--train-file", required=True, type=Path, help="a SQuAD JSON file")
+    p.add_argument("--out", required=True, type=Path, help="where train_metrics.json goes")
+    p.add_argument("--max-seq-length", type=int, default=384)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--log-every", type=int, default=100)
+    args = p.parse_args()
+    if not (args.model / "config.json").is_file():
+        sys.exit(f"hf_trainer: {args.model} is no model folder (no config.json)")
+    if not 0 < args.log_every <= args.steps:
+        sys.exit(f"hf_trainer: --log-every {args.log_every} must be from 1 to --steps ({args.steps})")
+    from bert_squad.errors import UserError  # the project's one-line errors (a bad data file, a bad length)
+
+    try:
+        metrics = train(args)
+    except UserError as e:
+        sys.exit(f"hf_trainer: {e}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(f"hf_trainer: {len(metrics['logs'])} windows, metrics in {args.out / 'train_metrics.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
