@@ -24,7 +24,7 @@ from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
 from bert_squad.model import FAMILIES as KNOWN
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def here(known):

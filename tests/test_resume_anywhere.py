@@ -36,6 +36,8 @@ from bert_squad import checkpoint, dsconfig, resume
 from bert_squad.checkpoint import MARKER, Layout, checkpoint_root
 from bert_squad.errors import UserError
 
+pytestmark = pytest.mark.heavy
+
 TAP = ROOT / "tests" / "state_tap.py"
 ARGS = ["--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2", "--resume", "auto"]
 CONFIGS = ["ds_fp32", "ds_bf16", "zero2_bf16", "zero3_bf16"]

@@ -18,7 +18,7 @@ from helpers import (
     zero_on_cpu,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.cpu]
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.cpu, pytest.mark.heavy]
 
 QUESTION, CONTEXT = "Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834. She studied physics."
 
