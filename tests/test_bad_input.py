@@ -274,12 +274,11 @@ BROKEN_TOKENIZERS = {
 
 
 @pytest.fixture(scope="module", params=BROKEN_TOKENIZERS)
-def broken_tokenizer(request, tmp_path_factory):
-    from tiny_models import break_tokenizer, build_tiny_model
+def broken_tokenizer(request, tiny_family, tmp_path_factory):
+    from tiny_models import break_tokenizer
 
     family, pattern = BROKEN_TOKENIZERS[request.param]
-    model = build_tiny_model(family, tmp_path_factory.mktemp(family))
-    return break_tokenizer(model, tmp_path_factory.mktemp("broken") / family, request.param), pattern
+    return break_tokenizer(tiny_family(family), tmp_path_factory.mktemp("broken") / family, request.param), pattern
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate", "answer"])

@@ -16,7 +16,7 @@ import torch
 import transformers
 from helpers import MPIRUN, PYTHON, assert_same_weights, decode_spans, inference_args, run_bert_squad, train_args
 from packaging.version import Version
-from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
+from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG
 
 from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
@@ -81,8 +81,8 @@ def test_a_family_newer_than_transformers_is_refused_naming_its_release(
 
 
 @pytest.fixture(scope="module", params=HERE)
-def family_model(request, tmp_path_factory):
-    return request.param, build_tiny_model(request.param, tmp_path_factory.mktemp(f"tiny-{request.param}"))
+def family_model(request, tiny_family):
+    return request.param, tiny_family(request.param)
 
 
 @pytest.mark.compat

@@ -274,19 +274,21 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
 
 @pytest.mark.slow
 @pytest.mark.mpi
-def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_path):
-    """ZeRO-2 on 1 rank (micro batch 16, no accumulation), resumed on 2 ranks: the global batch of 16 is kept
-    by a micro batch of 8, the shards go through a universal checkpoint, the state loads as saved, and the
-    run finishes."""
-    config, out, dumps, logs = ds_config("zero2_bf16", tmp_path), tmp_path / "out", tmp_path / "dumps", []
-    for ranks, steps in [(1, 2), (2, 4)]:
-        r = tapped(dumps, *resume_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
-        assert r.returncode == 0, r.stderr[-3000:]
-        logs.append(r.stdout)
+def test_a_run_started_on_one_rank_grows_to_two(two_checkpoints, tiny_model, sample_train, tmp_path):
+    """ZeRO-2 on 1 rank (micro batch 16, no accumulation: `two_checkpoints`' run), resumed from step 2 on 2 ranks:
+    the global batch of 16 is kept by a micro batch of 8, the shards go through a universal checkpoint, the state
+    loads as saved, and the run finishes."""
+    out, dumps = tmp_path / "out", tmp_path / "dumps"
+    shutil.copytree(two_checkpoints.out, out)
+    shutil.copytree(two_checkpoints.dumps, dumps)
+    shutil.rmtree(checkpoint_root(out) / "step00000004")  # step 4 is this run's to write
+    args = resume_args(tiny_model, sample_train, out, two_checkpoints.config)
+    r = tapped(dumps, *args, "--max-steps", 4, "--resume", checkpoint_root(out) / "step00000002", ranks=2)
+    assert r.returncode == 0, r.stderr[-3000:]
     assert (
-        "written by 1 rank, on 2 ranks: universal checkpoint (converted in" in logs[1]
-        and "micro batch 8 x accumulation 1 keeps the global batch of 16" in logs[1]
-    ), logs[1][-3000:]
+        "written by 1 rank, on 2 ranks: universal checkpoint (converted in" in r.stdout
+        and "micro batch 8 x accumulation 1 keeps the global batch of 16" in r.stdout
+    ), r.stdout[-3000:]
     saved, loaded = (torch.load(dumps / f"{kind}-step2.pt") for kind in ("saved", "loaded"))
     assert all(
         torch.equal(a, b)
@@ -413,11 +415,11 @@ DAMAGES = {  # what happens to one file of the newest checkpoint
 
 @pytest.fixture(scope="module")
 def two_checkpoints(tiny_model, sample_train, tmp_path_factory):
-    """A ZeRO-2 run on 1 rank with checkpoints at steps 2 and 4, and the same run resumed from step 2
-    to step 6 directly."""
+    """A ZeRO-2 run on 1 rank with checkpoints at steps 2 and 4 (through the state tap: its dumps), and the same
+    run resumed from step 2 to step 6 directly."""
     tmp = tmp_path_factory.mktemp("damage")
     config = ds_config("zero2_bf16", tmp)
-    r = run_bert_squad(*resume_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
+    r = tapped(tmp / "dumps", *resume_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.copytree(tmp / "out", tmp / "direct")
     r = run_bert_squad(
@@ -428,7 +430,7 @@ def two_checkpoints(tiny_model, sample_train, tmp_path_factory):
         checkpoint_root(tmp / "direct") / "step00000002",
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    return SimpleNamespace(out=tmp / "out", direct=tmp / "direct", config=config)
+    return SimpleNamespace(out=tmp / "out", dumps=tmp / "dumps", direct=tmp / "direct", config=config)
 
 
 @pytest.mark.slow
@@ -467,13 +469,6 @@ def test_export_of_what_is_not_a_checkpoint(tiny_model, tmp_path):
     assert not (tmp_path / "export").exists()
 
 
-@pytest.fixture(scope="module")
-def tiny_distilbert(tmp_path_factory):
-    from tiny_models import build_tiny_model
-
-    return build_tiny_model("distilbert", tmp_path_factory.mktemp("tiny-distilbert"))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "change, message",
@@ -483,9 +478,9 @@ def tiny_distilbert(tmp_path_factory):
     ],
 )
 def test_a_checkpoint_of_another_model_or_window_is_refused(
-    change, message, two_checkpoints, tiny_model, tiny_distilbert, sample_train, tmp_path
+    change, message, two_checkpoints, tiny_model, tiny_family, sample_train, tmp_path
 ):
-    model = tiny_distilbert if change == "model" else tiny_model
+    model = tiny_family("distilbert") if change == "model" else tiny_model
     args = resume_args(model, sample_train, tmp_path / "out", two_checkpoints.config)
     if change == "window":
         args[args.index("--max-seq-length") + 1] = "96"
