@@ -3,12 +3,11 @@ once: each marker setup.cfg declares has its place, and pytest's own collection 
 as tests/run.sh passes them, splits the suite with nothing left over and nothing twice."""
 
 import json
-import subprocess
 import sys
 
 import lines
 import pytest
-from helpers import ROOT
+from helpers import run_in_checkout
 
 
 def test_every_declared_marker_is_a_sessions_or_says_what_a_test_is():
@@ -51,13 +50,7 @@ def test_the_sessions_collect_every_test_once(tmp_path):
     mains = [name for name in [*lines.SESSIONS, lines.REST] if name != "compat"]
     asked = {name: lines.arguments(name) for name in [*lines.SESSIONS, lines.REST]}
     asked.update(whole=[], transformers4=["-m", "transformers4"], marked_compat=["-m", "compat"])
-    r = subprocess.run(
-        [sys.executable, "-c", COLLECT, tmp_path / "found.json", json.dumps(asked)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    r = run_in_checkout(sys.executable, "-c", COLLECT, tmp_path / "found.json", json.dumps(asked), timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     found = json.loads((tmp_path / "found.json").read_text())
     assert {name: code for name, (code, _) in found.items()} == dict.fromkeys(asked, 0), r.stdout[-3000:]
