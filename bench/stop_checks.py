@@ -28,34 +28,13 @@ def train_until_signal(args: argparse.Namespace, directory: Path) -> tuple:
     from bert_squad.distributed import job_port
 
     calls = directory / "calls.json"
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "reduce_tap.py"),
-        str(calls),
-        "--signal-at-step",
-        str(args.signal_at_step),
-        "--model",
-        args.model,
-        "--train-file",
-        args.train_file,
-        "--output-dir",
-        str(directory / "out"),
-        "--cache-dir",
-        str(directory / "cache"),
-        "--deepspeed-config",
-        "ds_fp32",
-        "--max-seq-length",
-        str(args.max_seq_length),
-        "--doc-stride",
-        "32",
-        "--max-query-length",
-        "24",
-        "--max-steps",
-        "100000",
-        "--log-every",
-        "100000",
-        "--no-eval",
-    ]
+    tap = [sys.executable, str(ROOT / "tests" / "reduce_tap.py"), str(calls)]
+    signal_at = ["--signal-at-step", str(args.signal_at_step)]  # the tap's own option, before the training's
+    model = ["--model", args.model, "--train-file", args.train_file, "--deepspeed-config", "ds_fp32"]
+    out = ["--output-dir", str(directory / "out"), "--cache-dir", str(directory / "cache")]
+    windows = ["--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24"]
+    endless = ["--max-steps", "100000", "--log-every", "100000", "--no-eval"]  # until the signal stops it
+    cmd = [*tap, *signal_at, *model, *out, *windows, *endless]
     common = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job_port(str(os.getpid()))))
     ranks = [
         subprocess.Popen(

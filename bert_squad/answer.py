@@ -9,6 +9,7 @@ scores: the same sliding windows (`features.build_features`) and the same post-p
     qa.answer("Who wrote it?", "Ada wrote it in 1843.")  # -> [Answer(text, start, end, score)], best first
 """
 
+import argparse
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -194,6 +195,16 @@ class Asked:
     as_json: bool
 
 
+def answering_configs(args: argparse.Namespace) -> tuple[ModelConfig, WindowConfig, PostprocessConfig]:
+    """The model and how it answers (its windows, the rules that make answers), from a parsed command line: what
+    `answer` and `bert-squad-test` both take."""
+    return (
+        config.from_args(ModelConfig, args),
+        config.from_args(WindowConfig, args),
+        config.from_args(PostprocessConfig, args),
+    )
+
+
 def parse(argv: list[str]) -> Asked:
     p = config.ArgumentParser(prog="bert-squad answer", description="Answer questions with a trained model.")
     config.add_options(p, ModelConfig)
@@ -225,9 +236,7 @@ def parse(argv: list[str]) -> Asked:
     if args.top_k <= 0:
         p.error(f"--top-k must be positive, not {args.top_k}")
     return Asked(
-        config.from_args(ModelConfig, args),
-        config.from_args(WindowConfig, args),
-        config.from_args(PostprocessConfig, args),
+        *answering_configs(args),
         args.question,
         args.context,
         args.context_file,

@@ -209,9 +209,7 @@ class FaultConfig:
     """fault tolerance"""
 
     checkpoint_every: int = option(0, "save a checkpoint every N optimizer steps (0: only when stopped)")
-    keep_checkpoints: int = option(
-        2, "intact checkpoints kept; older ones (and damaged ones) are deleted once a newer one is complete"
-    )
+    keep_checkpoints: int = option(2, "the newest intact checkpoints kept; others deleted once a newer one is complete")
     resume: Optional[str] = option(
         None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path", sweep="per-run"
     )

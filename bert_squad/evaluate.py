@@ -138,24 +138,15 @@ def write_predictions(output_dir: PathLike, result: Predictions) -> None:
         write_json_atomic(out / outputs.NULL_ODDS, null_odds)
 
 
-def evaluate(
-    module: "PreTrainedModel",
-    examples: Examples,
-    features: "datasets.Dataset",
-    device: torch.device,
-    pad_id: int,
-    postprocess: PostprocessConfig,
-    dist: DistEnv,
-    output_dir: Optional[PathLike] = None,
+def score_predictions(
+    result: Optional[Predictions], examples: Examples, lang: Optional[str], output_dir: Optional[PathLike] = None
 ) -> Optional[dict[str, Any]]:
-    """Metrics on rank 0 (None elsewhere); with `output_dir`, also the prediction files."""
-    result = predict(module, examples, features, device, pad_id, postprocess, dist)
+    """The metrics of `predict`'s answers to `examples`, scored with `lang`'s rules: on rank 0, the one whose
+    `result` is not None (None elsewhere). With `output_dir`, also the prediction files and the metrics."""
     if result is None:
         return None
     predictions, _, null_odds = result
-    metrics = score(
-        to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds, lang=postprocess.lang
-    )
+    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds, lang=lang)
     if output_dir is not None:
         write_predictions(output_dir, result)
         write_json_atomic(
@@ -295,16 +286,8 @@ def run(asked: Evaluation) -> int:
         if file.dist.is_main:
             out.mkdir(parents=True, exist_ok=True)
         postprocessing = postprocess[file.position]
-        return evaluate(
-            file.module,
-            file.examples,
-            file.features,
-            file.device,
-            file.pad_id,
-            postprocessing,
-            file.dist,
-            output_dir=out,
-        )
+        result = predict(file.module, file.examples, file.features, file.device, file.pad_id, postprocessing, file.dist)
+        return score_predictions(result, file.examples, postprocessing.lang, output_dir=out)
 
     results = on_every_rank(job, files, task)
     if results[0] is None:  # not rank 0

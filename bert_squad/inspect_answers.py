@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from bert_squad import cache, config
-from bert_squad.answer import Answerer, highlighted
+from bert_squad.answer import Answerer, answering_configs, highlighted
 from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
@@ -48,9 +48,7 @@ def parse(argv: list[str]) -> Inspection:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     args = p.parse_args(argv)
     return Inspection(
-        config.from_args(ModelConfig, args),
-        config.from_args(WindowConfig, args),
-        config.from_args(PostprocessConfig, args),
+        *answering_configs(args),
         args.eval_file,
         args.dataset,
         args.start_sample,

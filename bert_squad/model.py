@@ -30,25 +30,25 @@ PathLike = Union[str, os.PathLike]
 
 @dataclass(frozen=True)
 class Family:
-    """An encoder family the project names, and the first transformers release whose wheel has the class the
-    project loads for it: its question-answering class, or its encoder where transformers has no such class
-    (the span head goes on it). Read from the wheels (tools/family_floors.py), not remembered."""
+    """An encoder family the project names, the class it loads for it (its question-answering class, or its
+    encoder where transformers has no such class: the span head goes on it), and where that class is newer than
+    the oldest transformers the project supports (setup.cfg's floor), the first release whose wheel has it."""
 
     name: str  # as docs/models.md names it
     model_type: str  # config.json's model_type
     loads: str  # the transformers class the project loads
-    since: str  # the first release whose wheel has `loads`
+    since: Optional[str] = None  # the first release whose wheel has `loads`; None: every supported release has it
 
 
 FAMILIES = (
-    Family("BERT", "bert", "BertForQuestionAnswering", "2.0.0"),  # the first release named transformers
-    Family("DistilBERT", "distilbert", "DistilBertForQuestionAnswering", "2.0.0"),
-    Family("RoBERTa", "roberta", "RobertaForQuestionAnswering", "2.4.0"),
-    Family("ELECTRA", "electra", "ElectraForQuestionAnswering", "3.0.0"),
-    Family("DeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", "4.4.0"),
+    Family("BERT", "bert", "BertForQuestionAnswering"),
+    Family("DistilBERT", "distilbert", "DistilBertForQuestionAnswering"),
+    Family("RoBERTa", "roberta", "RobertaForQuestionAnswering"),
+    Family("ELECTRA", "electra", "ElectraForQuestionAnswering"),
+    Family("DeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering"),
     Family("ModernBERT", "modernbert", "ModernBertForQuestionAnswering", "4.51.0"),
-    Family("XLM-RoBERTa", "xlm-roberta", "XLMRobertaForQuestionAnswering", "3.0.0"),
-    Family("mDeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", "4.4.0"),
+    Family("XLM-RoBERTa", "xlm-roberta", "XLMRobertaForQuestionAnswering"),
+    Family("mDeBERTa-v3", "deberta-v2", "DebertaV2ForQuestionAnswering"),
     Family("mmBERT", "modernbert", "ModernBertForQuestionAnswering", "4.51.0"),
     Family("EuroBERT", "eurobert", "EuroBertModel", "5.3.0"),
 )
@@ -74,7 +74,7 @@ def _check_model_type(model_dir: PathLike) -> None:
     if not isinstance(model_type, str):
         return
     known = family(model_type)
-    if known and Version(transformers.__version__) < Version(known.since):
+    if known and known.since and Version(transformers.__version__) < Version(known.since):
         raise UserError(
             f"{model_dir}: a {known.name} model ({model_type}) needs transformers >= {known.since}, the "
             f"first release with {known.loads}; this is transformers {transformers.__version__} "

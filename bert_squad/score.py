@@ -99,14 +99,8 @@ def parse(argv: list[str]) -> Scoring:
     config.add_options(p, PostprocessConfig, only=("lang",))
     p.add_argument("--out-file", help="also write the metrics JSON here")
     args = p.parse_args(argv)
-    return Scoring(
-        args.eval_file,
-        args.predictions,
-        args.na_probs,
-        args.na_prob_thresh,
-        config.from_args(PostprocessConfig, args).lang,
-        args.out_file,
-    )
+    lang = config.from_args(PostprocessConfig, args).lang  # its checks run here
+    return Scoring(args.eval_file, args.predictions, args.na_probs, args.na_prob_thresh, lang, args.out_file)
 
 
 def _inputs(asked: Scoring) -> tuple[Any, Any, Optional[Any]]:

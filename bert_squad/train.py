@@ -45,7 +45,7 @@ from bert_squad import (
 )
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
 from bert_squad.errors import UserError
-from bert_squad.evaluate import evaluate
+from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
 from bert_squad.files import PathLike, directory, writable_directory, write_json_atomic, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
@@ -349,16 +349,11 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
         return None
     if run.best_so_far and inputs.dist.is_main:
         output_dir = best.start_pending(inputs.cfg.data.output_dir)
-    metrics = evaluate(
-        run.engine.module,
-        inputs.dev_examples,
-        run.work.dev_features,
-        run.device,
-        inputs.tokenizer.pad_token_id,
-        inputs.cfg.postprocess,
-        inputs.dist,
-        output_dir=output_dir,
+    postprocess, pad_id = inputs.cfg.postprocess, inputs.tokenizer.pad_token_id
+    result = predict(
+        run.engine.module, inputs.dev_examples, run.work.dev_features, run.device, pad_id, postprocess, inputs.dist
     )
+    metrics = score_predictions(result, inputs.dev_examples, postprocess.lang, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.evals.append(dict(metrics, step=run.progress.step))

@@ -117,26 +117,39 @@ def sample_dev_v2():
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """A randomly initialised 2-layer BERT whose WordPiece vocabulary is trained on the sample: it loads
-    offline and trains in seconds (tests/tiny_models.py builds the other families the same way)."""
+def tiny_family(tmp_path_factory):
+    """`tiny_family(name)`: the tiny model of an encoder family (tests/tiny_models.py), built once a session and
+    shared by every test that asks for it (one that changes a model's files changes a copy)."""
     from tiny_models import build_tiny_model
 
-    return build_tiny_model("bert", tmp_path_factory.mktemp("tiny-bert"))
+    built = {}
+
+    def tiny(family):
+        if family not in built:
+            built[family] = build_tiny_model(family, tmp_path_factory.mktemp(f"tiny-{family}"))
+        return built[family]
+
+    return tiny
 
 
 @pytest.fixture(scope="session")
-def tiny_eurobert(tmp_path_factory):
+def tiny_model(tiny_family):
+    """A randomly initialised 2-layer BERT whose WordPiece vocabulary is trained on the sample: it loads
+    offline and trains in seconds (tests/tiny_models.py builds the other families the same way)."""
+    return tiny_family("bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_eurobert(tiny_family):
     """A tiny EuroBERT saved as its hub checkpoints are (encoder and masked-LM head): an encoder transformers
     ships without a question-answering class, so it trains with the project's span head."""
     import transformers
     from packaging.version import Version
-    from tiny_models import build_tiny_model
 
     from bert_squad.model import family
 
     assert Version(transformers.__version__) >= Version(family("eurobert").since), "EuroBERT needs a newer transformers"
-    return build_tiny_model("eurobert", tmp_path_factory.mktemp("tiny-eurobert"))
+    return tiny_family("eurobert")
 
 
 # A real single-node Slurm (session fixture `slurm_cluster`), shared by the launch and sweep tests, a real

@@ -2,6 +2,7 @@
 process that cannot outlive its test, tiny-run arguments, configs, real data beside the checkout, and
 the checks several tests make (the same weights, a free port)."""
 
+import contextlib
 import functools
 import json
 import os
@@ -71,6 +72,21 @@ def shared_xquad(lang):
     if not path.exists():
         pytest.skip(f"{path} is absent (XQuAD lives in ../shared beside the clone)")
     return path
+
+
+# The keys of SQuAD v2.0's official script, in its order; with no-answer probabilities, the best thresholds follow.
+V2_KEYS = [
+    "exact",
+    "f1",
+    "total",
+    "HasAns_exact",
+    "HasAns_f1",
+    "HasAns_total",
+    "NoAns_exact",
+    "NoAns_f1",
+    "NoAns_total",
+]
+V2_BEST_KEYS = ["best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"]
 
 
 def random_predictions(squad, seed):
@@ -196,6 +212,11 @@ class Started:
         self.proc.wait(timeout=60)
 
 
+def run_in_checkout(*cmd, timeout=600, **kwargs):
+    """`cmd` (a script, a console script) run to its end from the checkout's root, its output captured as text."""
+    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, cwd=ROOT, timeout=timeout, **kwargs)
+
+
 def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
     """Run the real CLI (optionally under a launcher such as mpirun) to its end; its group is killed after."""
     import tempfile
@@ -251,24 +272,55 @@ def free_port():
             return port
 
 
-def tiny_run_args(model, train, out, *extra, cache=None):
-    """The arguments of a short training run of the tiny model: short windows, the cache beside the output
-    dir unless given, then `extra` (steps, config, evaluation: each test's own)."""
-    return [
-        "--model",
-        str(model),
-        "--train-file",
-        str(train),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(cache or Path(out).parent / "cache"),
-        *TINY_WINDOWS,
-        *map(str, extra),
-    ]
+def window_args(seq=128, stride=32, query=24):
+    """The window options of a run: tokens a window, the step between a context's windows, the question's
+    tokens at most; None leaves one to the CLI's default. The defaults are the tiny model's short windows."""
+    given = zip(("--max-seq-length", "--doc-stride", "--max-query-length"), (seq, stride, query))
+    return [str(part) for option, value in given if value is not None for part in (option, value)]
 
 
-TINY_WINDOWS = ["--max-seq-length", "128", "--doc-stride", "32", "--max-query-length", "24"]
+TINY_WINDOWS = window_args()
+
+
+def train_args(model, train, out, *extra, cache=None, windows=TINY_WINDOWS):
+    """A training run's usual arguments: the model and its training file, the output dir and the feature cache
+    (each only where given: a sweep or a job may choose them), the windows, then `extra` (steps, config,
+    evaluation: each test's own; an option given again there wins)."""
+    given = ["--model", str(model), "--train-file", str(train)]
+    return [*given, *_where(out, cache), *map(str, windows), *map(str, extra)]
+
+
+def inference_args(command, model_dir, questions, out, *extra, cache=None, windows=TINY_WINDOWS):
+    """`evaluate`'s or `predict`'s usual arguments: the command, the saved model, its questions (`evaluate`'s
+    --eval-file, one file or a list; `predict`'s --input), the output dir, the feature cache where given, the
+    windows, then `extra`."""
+    files = [str(f) for f in (questions if isinstance(questions, list) else [questions])]
+    given = ["--model-dir", str(model_dir), "--eval-file" if command == "evaluate" else "--input", *files]
+    return [command, *given, *_where(out, cache), *map(str, windows), *map(str, extra)]
+
+
+def _where(out, cache):
+    """--output-dir and --cache-dir, each only where given."""
+    return [*(["--output-dir", str(out)] if out else []), *(["--cache-dir", str(cache)] if cache else [])]
+
+
+def rank_env(rank, ranks, port):
+    """The variables a launcher such as torchrun gives rank `rank` of `ranks` on this host, meeting at `port`."""
+    return dict(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+
+
+@contextlib.contextmanager
+def ranks_by_hand(cmd, folder, ranks=2, env_of=rank_env):
+    """`ranks` processes of `cmd` started by hand as a launcher would start them, each told its rank and where
+    they meet (`env_of(rank, ranks, a free port)`), its output in `folder`/rankN; all killed on the way out."""
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(Started(cmd, Path(folder) / f"rank{rank}", env=env_of(rank, ranks, port)))
+            for rank in range(ranks)
+        ]
 
 
 def assert_same_weights(a, b):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import standin_runtime
-from helpers import ROOT, run_bert_squad
+from helpers import ROOT, inference_args, run_bert_squad
+from slurm_jobs import JOB_WINDOWS, job_train_args
 
 BUILD = ROOT / "tests" / "charliecloud_image.sh"
 MARKER = "/etc/bert-squad-ch-test-image"  # a file only the image has
@@ -95,26 +96,13 @@ def probes(scratch):
     return [json.loads(p.read_text()) for p in sorted((scratch / "probes").glob("*.json"))]
 
 
+DEV = "bert_squad/sample/dev-v1.1.json"  # the jobs' dev file, in the checkout
+
+
 def ch_train_args(model, out, *more):
-    return [
-        "--model",
-        model,
-        "--train-file",
-        "bert_squad/sample/train-v1.1.json",
-        "--eval-file",
-        "bert_squad/sample/dev-v1.1.json",
-        "--output-dir",
-        out,
-        "--max-steps",
-        "4",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-        *more,
-    ]
+    """The containers' jobs' training of `model` on the sample (paths in the checkout, which the containers
+    mount), evaluated on the sample's dev file; then `more`."""
+    return job_train_args(model, "bert_squad/sample/train-v1.1.json", out, "--eval-file", DEV, *more)
 
 
 def assert_predictions_of_one_process(out, tmp_path):
@@ -122,19 +110,7 @@ def assert_predictions_of_one_process(out, tmp_path):
     container gives on the model they exported."""
     outside = tmp_path / "outside"
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        out,
-        "--eval-file",
-        "bert_squad/sample/dev-v1.1.json",
-        "--output-dir",
-        outside,
-        "--cache-dir",
-        tmp_path / "cache-outside",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
+        *inference_args("evaluate", out, DEV, outside, cache=tmp_path / "cache-outside", windows=JOB_WINDOWS)
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert (outside / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()

@@ -19,20 +19,11 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=$VENV/bin/python
 COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
-# The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node timeouts,
-# KillWait): two lines of their own, the multinode cluster's and the single-node one's with the containers',
-# beside the lines that keep the cores busy. The two expressions share no test.
-MULTINODE="multinode"
-SINGLE_NODE="(slurm or container) and not multinode"
-# What the sessions of the training-heavy files and of the rest leave to the others.
-ELSEWHERE="slurm or multinode or container or bench or transformers4"
-# What the oldest line must do (the tests marked compat there): train on 1 and 2 ranks, evaluate, export,
-# answer, load and label every encoder family it has, and refuse the ones newer than it naming the release
-# they need; and its venv must be the pinned one.
-COMPAT_TESTS=(tests/test_train.py tests/test_evaluate.py tests/test_answer.py tests/test_families.py
-              tests/test_pins.py)
-# The tests whose oracle only transformers 4.x has (the SQuAD v2.0 scorer): run there, left out of the main venv.
-ORACLE_4X_TESTS=(tests/test_metrics.py tests/test_score_cli.py)
+# Which tests each session runs is tests/lines.py's: from the markers setup.cfg declares, each session's own,
+# none twice (tests/test_lines.py). `session_args NAME` prints a session's pytest arguments, one a line.
+session_args() {
+    "$PY" tests/lines.py "$1"
+}
 
 # Seconds, so it runs first: a lint failure ends the run before half an hour of tests.
 lint() {
@@ -47,25 +38,28 @@ fast() {
 }
 
 compat() {
-    .venv-compat/bin/python -m pytest -q -ra -m "compat or transformers4" "${COMPAT_TESTS[@]}" "${ORACLE_4X_TESTS[@]}"
+    local text args
+    text=$(session_args compat)
+    mapfile -t args <<< "$text"
+    .venv-compat/bin/python -m pytest -q -ra "${args[@]}"
 }
 
-# The files whose tests train the most (every encoder family, every config's resume on other worlds, the span
-# head everywhere): a session of their own, since one session keeps at most one core busy while its ranks
-# start, load and wait on each other.
-TRAINING_FILES=(tests/test_families.py tests/test_resume_anywhere.py tests/test_span_head.py)
-
-# A session of the main venv: quiet, the ten slowest tests, the reasons of what did not pass, no shared cache.
+# A session of the main venv by its name in tests/lines.py: quiet, the ten slowest tests, the reasons of what did
+# not pass; a background one (any but the rest) without pytest's cache, which sessions side by side would share.
 session() {
-    "$PY" -m pytest -q -ra --durations=10 -p no:cacheprovider "$@"
+    local name=$1 text args cache=()
+    text=$(session_args "$name")
+    mapfile -t args <<< "$text"
+    [[ $name == rest ]] || cache=(-p no:cacheprovider)
+    "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${args[@]}"
 }
 
 # The multinode cluster's tests, then the benchmarks' own (bench: CPU work, after the waits).
 multinode_then_bench() {
     local rc=0
-    session -m "$MULTINODE" || rc=$?
+    session multinode || rc=$?
     echo "--- bench:"
-    session -m bench || rc=$?
+    session bench || rc=$?
     return "$rc"
 }
 
@@ -75,7 +69,7 @@ single_node_then_compat() {
     local rc=0 install
     make -s compat-env > "$VENV/compat-install.log" 2>&1 &
     install=$!
-    session -m "$SINGLE_NODE" || rc=$?
+    session single-node || rc=$?
     if wait "$install"; then
         echo "--- compat ($COMPAT_TRANSFORMERS):"
         compat || rc=$?
@@ -97,7 +91,9 @@ background() {
 
 # Four lines side by side, every session always run, any one failing fails the run: the multinode cluster then
 # bench, the single-node Slurm and the containers then compat, the training-heavy files, and the rest in the
-# foreground. The whole suite runs every tier: a test skipped for anything but this host's hardware (not root,
+# foreground. The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node
+# timeouts, KillWait), and one session of training tests keeps at most one core busy while its ranks start, load
+# and wait on each other: so the waits of two lines overlap the work of the others. The whole suite runs every tier: a test skipped for anything but this host's hardware (not root,
 # a Debian package or ../shared missing) fails it, naming why (tests/conftest.py), unless the person asks for
 # a partial run with BERT_SQUAD_REQUIRE_ALL=0 (CI runs every tier whatever it says).
 whole_suite() {
@@ -108,8 +104,8 @@ whole_suite() {
          "$VENV/test-${lines[0]}.log and the like)"
     background "${lines[0]}" multinode_then_bench
     background "${lines[1]}" single_node_then_compat
-    background "${lines[2]}" session -m "not ($ELSEWHERE)" "${TRAINING_FILES[@]}"
-    "$PY" -m pytest -q -ra --durations=10 -m "not ($ELSEWHERE)" "${TRAINING_FILES[@]/#/--ignore=}" || rest=$?
+    background "${lines[2]}" session training
+    session rest || rest=$?
     wait
     summary="rest: exit $rest"
     for name in "${lines[@]}"; do

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, train_args, window_args
 
 from bert_squad.checkpoint import checkpoint_root
 from bert_squad.distributed import job_port
@@ -22,6 +22,18 @@ ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
 LAUNCHERS = pytest.mark.parametrize("launcher", [pytest.param("mpirun", marks=pytest.mark.mpi), "srun"])
 # Printed once every rank's stop handler is installed, before the first step.
 TRAINING = r"training \d+ steps"
+# The jobs' windows: 128 tokens, 48 apart (the question's share the CLI's default); their DeepSpeed config, by its
+# path in the checkout, which the job runs in.
+JOB_WINDOWS = window_args(128, 48, None)
+FP32 = "configs/ds_fp32.json"
+
+
+def job_train_args(model, train, out, *more, steps=4, config=FP32, cache=None, windows=JOB_WINDOWS):
+    """A job's training arguments: `steps` steps of `model` (None: no --max-steps, for a run a signal ends or
+    whose resuming script sets them) under `config`, then `more`; the output dir and the cache where given (a
+    sweep chooses its own)."""
+    limit = ["--max-steps", steps] if steps is not None else []
+    return train_args(model, train, out, *limit, "--deepspeed_config", config, *more, cache=cache, windows=windows)
 
 
 def assert_one_master(text, job, launcher, host, size=2):

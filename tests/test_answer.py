@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, ROOT, inference_args, run_bert_squad, window_args
 
 from bert_squad.answer import Answerer
 from bert_squad.config import PostprocessConfig, WindowConfig
@@ -51,31 +51,15 @@ def test_answers_are_spans_of_their_context_best_first(qa, sample_dev):
 def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_path):
     """The same windows and post-processing: `answer --input` over a dev file's questions gives the
     predictions `bert-squad evaluate` wrote for it, the null answer included."""
-    window_args = ["--max-seq-length", 128, "--doc-stride", 48]
+    windows = window_args(WINDOWS.max_seq_length, WINDOWS.doc_stride, None)
 
     def evaluate(threshold):
         out = tmp_path / f"eval{threshold}"
-        ev = subprocess.run(
-            [
-                PYTHON,
-                "-m",
-                "bert_squad",
-                "evaluate",
-                "--model-dir",
-                tiny_model,
-                "--eval-file",
-                sample_dev_v2,
-                "--output-dir",
-                out,
-                "--cache-dir",
-                tmp_path / "cache",
-                "--null-score-diff-threshold",
-                str(threshold),
-                *map(str, window_args),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
+        null = ["--null-score-diff-threshold", threshold]
+        ev = run_bert_squad(
+            *inference_args(
+                "evaluate", tiny_model, sample_dev_v2, out, *null, cache=tmp_path / "cache", windows=windows
+            ),
             timeout=300,
         )
         assert ev.returncode == 0, ev.stderr
@@ -94,7 +78,7 @@ def test_the_cli_answers_as_evaluation_predicts(tiny_model, sample_dev_v2, tmp_p
         "--json",
         "--input",
         jsonl(tmp_path, read_squad(sample_dev_v2).records),
-        *window_args,
+        *windows,
     )
     assert done.returncode == 0, done.stderr
     answered = {r["id"]: r["answers"][0]["text"] for r in map(json.loads, done.stdout.splitlines())}

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT, run_bert_squad
+from helpers import PYTHON, ROOT, inference_args, run_bert_squad, train_args, window_args
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -243,20 +243,8 @@ def assert_refused(capsys, argv, pattern, out, prog="bert-squad"):
 def test_bad_input_is_one_line_exit_2_nothing_written(case, files, tiny_model, sample_train, tmp_path, capsys):
     make_args, pattern = CASES[case]
     out = tmp_path / "out"
-    extra = [str(a) for a in make_args(files)]
-    argv = [
-        "--model",
-        str(tiny_model),
-        "--train-file",
-        str(sample_train),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--max-steps",
-        "1",
-        *extra,
-    ]
+    extra = make_args(files)
+    argv = train_args(tiny_model, sample_train, out, "--max-steps", 1, *extra, cache=tmp_path / "cache", windows=[])
     assert_refused(capsys, argv, pattern, out)
 
 
@@ -286,12 +274,11 @@ BROKEN_TOKENIZERS = {
 
 
 @pytest.fixture(scope="module", params=BROKEN_TOKENIZERS)
-def broken_tokenizer(request, tmp_path_factory):
-    from tiny_models import break_tokenizer, build_tiny_model
+def broken_tokenizer(request, tiny_family, tmp_path_factory):
+    from tiny_models import break_tokenizer
 
     family, pattern = BROKEN_TOKENIZERS[request.param]
-    model = build_tiny_model(family, tmp_path_factory.mktemp(family))
-    return break_tokenizer(model, tmp_path_factory.mktemp("broken") / family, request.param), pattern
+    return break_tokenizer(tiny_family(family), tmp_path_factory.mktemp("broken") / family, request.param), pattern
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate", "answer"])
@@ -303,18 +290,7 @@ def test_a_tokenizer_that_cannot_place_the_context_is_refused_first(
     model, pattern = broken_tokenizer
     out = tmp_path / "out"
     argv = {
-        "train": [
-            "--model",
-            model,
-            "--train-file",
-            sample_train,
-            "--output-dir",
-            out,
-            "--max-steps",
-            1,
-            "--cache-dir",
-            tmp_path / "cache",
-        ],
+        "train": train_args(model, sample_train, out, "--max-steps", 1, cache=tmp_path / "cache", windows=[]),
         "evaluate": [
             "evaluate",
             "--model-dir",
@@ -356,9 +332,7 @@ def test_an_environment_variable_that_cannot_be_is_one_line(
     value, message = (text.replace("{file}", str(tmp_path / "a-file")) for text in (value, message))
     env = {variable: value, **({"RANK": "0"} if variable == "WORLD_SIZE" else {})}
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model", tiny_model, "--train-file", sample_train, "--output-dir", out, "--max-steps", 1, env=env, timeout=300
-    )
+    r = run_bert_squad(*train_args(tiny_model, sample_train, out, "--max-steps", 1, windows=[]), env=env, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"bert-squad: error: {message}"), lines[0]
@@ -367,18 +341,7 @@ def test_an_environment_variable_that_cannot_be_is_one_line(
 
 def test_resume_path_that_is_no_checkpoint_writes_nothing(capsys, tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
-    code = main(
-        [
-            "--model",
-            str(tiny_model),
-            "--train-file",
-            str(sample_train),
-            "--output-dir",
-            str(out),
-            "--resume",
-            str(tmp_path / "nothing-here"),
-        ]
-    )
+    code = main(train_args(tiny_model, sample_train, out, "--resume", tmp_path / "nothing-here", windows=[]))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not a complete checkpoint" in err[0], err
     assert not out.exists()
@@ -420,23 +383,19 @@ def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_d
         return out
 
     train, dev = with_empty_questions(sample_train, 2), with_empty_questions(sample_dev, 1)
+    windows = window_args(96, 16, None)
     r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        train,
-        "--eval-file",
-        dev,
-        "--max-steps",
-        1,
-        "--max-seq-length",
-        96,
-        "--doc-stride",
-        16,
-        "--output-dir",
-        tmp_path / "out",
-        "--cache-dir",
-        tmp_path / "c",
+        *train_args(
+            tiny_model,
+            train,
+            tmp_path / "out",
+            "--eval-file",
+            dev,
+            "--max-steps",
+            1,
+            cache=tmp_path / "c",
+            windows=windows,
+        )
     )
     assert r.returncode == 0, r.stderr[-3000:]
     questions = {
@@ -605,25 +564,11 @@ def test_text_no_tokenizer_takes_is_repaired_and_counted(tiny_model, tmp_path):
     as the start-up lines count skipped questions; the context of no tokens trains on CLS, counted with the
     answers no window holds."""
     data, out = damaged_text_file(tmp_path / "damaged.json"), tmp_path / "out"
+    windows = window_args(64, 16, 16)
     r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        data,
-        "--eval-file",
-        data,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--max-steps",
-        1,
-        "--max-seq-length",
-        64,
-        "--max-query-length",
-        16,
-        "--doc-stride",
-        16,
+        *train_args(
+            tiny_model, data, out, "--eval-file", data, "--max-steps", 1, cache=tmp_path / "cache", windows=windows
+        )
     )
     assert r.returncode == 0, r.stderr[-3000:]
     counts = json.loads((out / "train_metrics.json").read_text())["features"]
@@ -632,21 +577,7 @@ def test_text_no_tokenizer_takes_is_repaired_and_counted(tiny_model, tmp_path):
     predictions = json.loads((out / "predictions.json").read_text(encoding="utf-8"))
     assert sorted(predictions) == ["q1", "q2", "q3", "q4"]
     r = run_bert_squad(
-        "predict",
-        "--model-dir",
-        out,
-        "--input",
-        data,
-        "--output-dir",
-        tmp_path / "predicted",
-        "--cache-dir",
-        tmp_path / "cache",
-        "--max-seq-length",
-        64,
-        "--max-query-length",
-        16,
-        "--doc-stride",
-        16,
+        *inference_args("predict", out, data, tmp_path / "predicted", cache=tmp_path / "cache", windows=windows)
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "predicted" / "predictions.json").read_text(encoding="utf-8")) == predictions

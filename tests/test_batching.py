@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_bert_squad
+from helpers import run_bert_squad, train_args
 
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
 
@@ -90,18 +90,7 @@ def test_train_set_smaller_than_one_global_batch_trains(tiny_model, sample_train
     train = tmp_path / "small.json"
     train.write_text(json.dumps(small))
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        train,
-        "--max-steps",
-        2,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "c",
-    )
+    r = run_bert_squad(*train_args(tiny_model, train, out, "--max-steps", 2, cache=tmp_path / "c", windows=[]))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "fewer than one global batch of 16" in r.stdout
     assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2

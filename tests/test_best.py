@@ -5,31 +5,17 @@ remembers the best so far."""
 import json
 
 import pytest
-from helpers import MPIRUN, run_bert_squad, zero_on_cpu
+from helpers import MPIRUN, inference_args, run_bert_squad, train_args, window_args, zero_on_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
-WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32", "--max-query-length", "24"]
+WINDOWS = window_args(96, 32, 24)
 
 
 def train(tiny_model, sample_train, sample_dev, out, *extra, launcher=()):
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        out.parent / "cache",
-        "--eval-every",
-        1,
-        *WINDOWS,
-        *extra,
-        launcher=launcher,
-    )
+    evaluated = ["--eval-file", sample_dev, "--eval-every", 1]
+    args = train_args(tiny_model, sample_train, out, *evaluated, *extra, cache=out.parent / "cache", windows=WINDOWS)
+    r = run_bert_squad(*args, launcher=launcher)
     assert r.returncode == 0, r.stderr[-3000:]
     return r, json.loads((out / "train_metrics.json").read_text())
 
@@ -39,20 +25,8 @@ def test_two_ranks_zero3_keep_the_best_steps_model(tiny_model, sample_train, sam
     """Five evaluated steps on 2 ranks under ZeRO-3 (parameters partitioned): the recorded best is the first
     step with the highest F1, and `evaluate` of the model left in --output-dir scores exactly that."""
     out = tmp_path / "out"
-    _r, metrics = train(
-        tiny_model,
-        sample_train,
-        sample_dev,
-        out,
-        "--max-steps",
-        5,
-        "--learning-rate",
-        "6e-2",
-        "--keep-best",
-        "--deepspeed_config",
-        zero_on_cpu(tmp_path, 3),
-        launcher=MPIRUN,
-    )
+    steps = ["--max-steps", 5, "--learning-rate", "6e-2", "--keep-best", "--deepspeed_config", zero_on_cpu(tmp_path, 3)]
+    _r, metrics = train(tiny_model, sample_train, sample_dev, out, *steps, launcher=MPIRUN)
     f1s = [(e["step"], e["f1"]) for e in metrics["evals"]]
     assert [s for s, _ in f1s] == [1, 2, 3, 4, 5]
     best_f1 = max(f for _, f in f1s)
@@ -60,16 +34,7 @@ def test_two_ranks_zero3_keep_the_best_steps_model(tiny_model, sample_train, sam
     assert metrics["best_step"] != 5, "the run must have had a better step than its last to test anything"
     assert not (out / "best").exists()
     again = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        out,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        tmp_path / "eval",
-        "--cache-dir",
-        tmp_path / "cache",
-        *WINDOWS,
+        *inference_args("evaluate", out, sample_dev, tmp_path / "eval", cache=tmp_path / "cache", windows=WINDOWS)
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.splitlines()[-1]) == metrics["best_metrics"]
@@ -87,15 +52,8 @@ def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(
     assert "early stopping at step 4: 3 evaluations without a better dev F1 than step 1's" in r.stdout
     assert metrics["steps"] == 4 and metrics["best_step"] == 1 and len(metrics["evals"]) == 4
     resumed = tmp_path / "resumed"
-    r, again = train(
-        tiny_model,
-        sample_train,
-        sample_dev,
-        resumed,
-        *args,
-        "--resume",
-        tmp_path / "full" / "checkpoints" / "step00000002",
-    )
+    step2 = tmp_path / "full" / "checkpoints" / "step00000002"
+    r, again = train(tiny_model, sample_train, sample_dev, resumed, *args, "--resume", step2)
     assert again["steps"] == 4 and again["best_step"] == 1 and again["best_metrics"] == metrics["best_metrics"]
     assert [e["step"] for e in again["evals"]] == [3, 4]
     # another output dir has none of the first run's exports: it says so and keeps the final model

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, ROOT, train_args
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -84,18 +84,7 @@ def files(tmp_path_factory, tiny_model, sample_dev):
     (d / "sweep" / "sweep.json").write_text(json.dumps({"name": "s", "train_args": [], "combinations": []}))
     paths = [str(d / n) for n in contents] + [str(d), str(d / "missing.json"), str(model), str(d / "sweep")]
     base = {  # enough for a command to get past its required options, so the drawn ones are reached
-        "train": [
-            "--model",
-            str(model),
-            "--train-file",
-            str(d / "small.json"),
-            "--cache-dir",
-            str(d / "cache"),
-            "--output-dir",
-            "out",
-            "--max-steps",
-            "1",
-        ],
+        "train": train_args(model, d / "small.json", "out", "--max-steps", 1, cache=d / "cache", windows=[]),
         "evaluate": [
             "--model-dir",
             str(model),

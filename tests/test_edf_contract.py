@@ -16,19 +16,25 @@ the rank's environment.
 import json
 import platform
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, ROOT, run_in_checkout
 from hub_server import hub
-from images import MARKER_TEXT, assert_predictions_of_one_process, ch_train_args, interpreter_dirs, probe_env, probes
+from images import (
+    DEV,
+    MARKER_TEXT,
+    assert_predictions_of_one_process,
+    ch_train_args,
+    interpreter_dirs,
+    probe_env,
+    probes,
+)
 from slurm_jobs import finished, job_env, submit, warn_when_training
 
 from bert_squad.checkpoint import checkpoint_root, complete_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.slurm, pytest.mark.slow]
-DEV = "bert_squad/sample/dev-v1.1.json"
 # The Daint job as checked in, on the test node: its 'normal' partition is 'debug' here, 1 core a rank.
 DAINT, DAINT_OPTIONS = ROOT / "slurm" / "daint.sbatch", ["--partition=debug", "--cpus-per-task=1"]
 
@@ -239,22 +245,8 @@ def test_the_first_day_on_daint(ce_cluster, ce_image, ce_srun, tiny_model, tmp_p
     assert ce_srun.leftovers() == []
 
     # The console script a user runs, on the login node (this process's environment: offline).
-    r = subprocess.run(
-        [
-            str(Path(PYTHON).parent / "bert-squad-test"),
-            "--model-file",
-            str(out),
-            "--eval-file",
-            DEV,
-            "--num-test-samples",
-            "2",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    shown = ["--model-file", out, "--eval-file", DEV, "--num-test-samples", 2, "--json"]
+    r = run_in_checkout(Path(PYTHON).parent / "bert-squad-test", *shown)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(json.loads(r.stdout)) == 2
 

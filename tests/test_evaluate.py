@@ -4,7 +4,17 @@ training evaluates (mid-run and at the end) under every shipped config that runs
 import json
 
 import pytest
-from helpers import MPIRUN, ROOT, run_bert_squad, zero_on_cpu
+from helpers import (
+    MPIRUN,
+    ROOT,
+    V2_BEST_KEYS,
+    V2_KEYS,
+    inference_args,
+    run_bert_squad,
+    train_args,
+    window_args,
+    zero_on_cpu,
+)
 
 from bert_squad.metrics import question_ids
 
@@ -12,23 +22,8 @@ pytestmark = pytest.mark.slow
 
 # 96-token windows cut the sample's paragraphs into several windows each (~750 for the v1.1 sample,
 # 12 eval batches), so both ranks compute logits and windows of one question land on both.
-WINDOWS = ["--max-seq-length", 96, "--doc-stride", 32, "--max-query-length", 24]
+WINDOWS = window_args(96, 32, 24)
 V1_KEYS = ["exact_match", "f1"]
-V2_KEYS = [
-    "exact",
-    "f1",
-    "total",
-    "HasAns_exact",
-    "HasAns_f1",
-    "HasAns_total",
-    "NoAns_exact",
-    "NoAns_f1",
-    "NoAns_total",
-    "best_exact",
-    "best_exact_thresh",
-    "best_f1",
-    "best_f1_thresh",
-]
 V1_FILES = ["nbest_predictions.json", "predictions.json"]
 
 
@@ -37,19 +32,8 @@ def file_ids(eval_file):
 
 
 def evaluate(model, eval_file, out, *extra, launcher=()):
-    files = eval_file if isinstance(eval_file, list) else [eval_file]
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        model,
-        "--eval-file",
-        *files,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        out / "cache",
-        *WINDOWS,
-        *extra,
+        *inference_args("evaluate", model, eval_file, out, *extra, cache=out / "cache", windows=WINDOWS),
         launcher=launcher,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -58,7 +42,8 @@ def evaluate(model, eval_file, out, *extra, launcher=()):
 
 @pytest.mark.compat
 @pytest.mark.parametrize(
-    "dev, keys, files", [("sample_dev", V1_KEYS, V1_FILES), ("sample_dev_v2", V2_KEYS, [*V1_FILES, "null_odds.json"])]
+    "dev, keys, files",
+    [("sample_dev", V1_KEYS, V1_FILES), ("sample_dev_v2", [*V2_KEYS, *V2_BEST_KEYS], [*V1_FILES, "null_odds.json"])],
 )
 @pytest.mark.mpi
 def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path, dev, keys, files):
@@ -88,26 +73,11 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
 )
 def test_training_evaluates_every_question(tiny_model, sample_train, sample_dev, tmp_path, config, launcher):
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--deepspeed_config",
-        config(tmp_path),
-        "--max-steps",
-        4,
-        "--eval-every",
-        2,
-        *WINDOWS,
-        launcher=launcher,
+    steps = ["--deepspeed_config", config(tmp_path), "--max-steps", 4, "--eval-every", 2]
+    args = train_args(
+        tiny_model, sample_train, out, "--eval-file", sample_dev, *steps, cache=tmp_path / "cache", windows=WINDOWS
     )
+    r = run_bert_squad(*args, launcher=launcher)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "eval step 2: " in r.stdout
     metrics = json.loads((out / "eval_metrics.json").read_text())
@@ -158,19 +128,10 @@ def test_predict_on_two_ranks_writes_evaluations_files_without_answers(tiny_mode
     labelled file) byte for byte, null odds included for the v2.0 file."""
     evaluate(tiny_model, sample_dev_v2, tmp_path / "eval")
     unlabelled = without_answers(sample_dev_v2, tmp_path / "unlabelled.json")
-    r = run_bert_squad(
-        "predict",
-        "--model-dir",
-        tiny_model,
-        "--input",
-        unlabelled,
-        "--output-dir",
-        tmp_path / "pred",
-        "--cache-dir",
-        tmp_path / "cache",
-        *WINDOWS,
-        launcher=MPIRUN,
+    args = inference_args(
+        "predict", tiny_model, unlabelled, tmp_path / "pred", cache=tmp_path / "cache", windows=WINDOWS
     )
+    r = run_bert_squad(*args, launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "pred").glob("*.json")) == sorted([*V1_FILES, "null_odds.json"])
     for name in [*V1_FILES, "null_odds.json"]:
@@ -197,19 +158,9 @@ def test_evaluate_several_files_prints_a_row_each_and_the_mean(tiny_model, sampl
     files = list(last["files"].values())
     assert last["mean"]["f1"] == pytest.approx((files[0]["f1"] + files[1]["f1"]) / 2)
     assert r.stdout.splitlines()[-2].startswith("mean")
+    three = ["--lang", "de", "zh", "ar"]
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        tiny_model,
-        "--eval-file",
-        sample_dev,
-        sample_dev_v2,
-        "--lang",
-        "de",
-        "zh",
-        "ar",
-        "--output-dir",
-        tmp_path / "x",
+        *inference_args("evaluate", tiny_model, [sample_dev, sample_dev_v2], tmp_path / "x", *three, windows=[])
     )
     assert r.returncode == 2 and r.stderr.strip().endswith(
         "--lang: give one language, or one for each of the 2 --eval-file"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers import MPIRUN, PYTHON, assert_same_weights, decode_spans, run_bert_squad
+from helpers import MPIRUN, PYTHON, assert_same_weights, decode_spans, inference_args, run_bert_squad, train_args
 from packaging.version import Version
-from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG, build_tiny_model
+from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG
 
 from bert_squad.answer import Answerer
 from bert_squad.config import WindowConfig
@@ -24,12 +24,16 @@ from bert_squad.data import read_squad
 from bert_squad.features import build_features, feature_report
 from bert_squad.model import FAMILIES as KNOWN
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
-# The families whose class (model.FAMILIES) this transformers has: the oldest supported line (the compat run,
-# 4.40) has all but ModernBERT (4.51) and EuroBERT (5.3).
-SINCE = {f.name.lower(): Version(f.since) for f in KNOWN}
-HERE = [f for f in FAMILIES if Version(transformers.__version__) >= SINCE[f]]
+
+def here(known):
+    """Whether this transformers has the family's class (model.FAMILIES): the oldest supported line (the compat
+    run, 4.40) has all but ModernBERT's (4.51) and EuroBERT's (5.3)."""
+    return known.since is None or Version(transformers.__version__) >= Version(known.since)
+
+
+HERE = [f for f in FAMILIES if here({k.name.lower(): k for k in KNOWN}[f])]  # tiny_models names them so
 # Families transformers has no question-answering class for: the project's span head goes on their encoder.
 SPAN_HEAD = {f.name.lower() for f in KNOWN if not f.loads.endswith("ForQuestionAnswering")}
 # Loads an export in a fresh process with transformers alone, as a user without bert_squad would.
@@ -58,24 +62,13 @@ def test_a_family_newer_than_transformers_is_refused_naming_its_release(
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_model, model_dir)  # the tiny BERT's tokenizer, with a config of the family
-    if Version(transformers.__version__) >= Version(known.since):
+    if here(known):
         transformers.AutoConfig.for_model(known.model_type).save_pretrained(model_dir)
         assert load_tokenizer(model_dir).is_fast
         return
     (model_dir / "config.json").write_text(json.dumps({"model_type": known.model_type}))
     code = cli.main(
-        [
-            "--model",
-            str(model_dir),
-            "--train-file",
-            str(sample_train),
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--max-steps",
-            "1",
-        ]
+        train_args(model_dir, sample_train, tmp_path / "out", "--max-steps", 1, cache=tmp_path / "cache", windows=[])
     )
     err = capsys.readouterr().err.strip().splitlines()
     first = family(known.model_type)  # mmBERT is a ModernBERT, mDeBERTa-v3 a DeBERTa-v3: named by the first
@@ -88,8 +81,8 @@ def test_a_family_newer_than_transformers_is_refused_naming_its_release(
 
 
 @pytest.fixture(scope="module", params=HERE)
-def family_model(request, tmp_path_factory):
-    return request.param, build_tiny_model(request.param, tmp_path_factory.mktemp(f"tiny-{request.param}"))
+def family_model(request, tiny_family):
+    return request.param, tiny_family(request.param)
 
 
 @pytest.mark.compat
@@ -123,6 +116,9 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
     assert len({ex["id"] for ex, _ in spans}) == report["answerable"] == len(examples)
 
 
+WINDOW = ["--max-seq-length", 96]  # the other window options as the CLI's defaults
+
+
 @pytest.mark.mpi
 def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_train, sample_dev, tmp_path):
     """Two ranks (mpirun), a few steps: training, FLOPs and MFU from the family's model, distributed
@@ -134,32 +130,14 @@ def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_
 
     family, model_dir = family_model
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    common = [
-        "--model",
-        model_dir,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        4,
-        "--max-seq-length",
-        96,
-        "--learning-rate",
-        "1e-3",
-        "--cache-dir",
-        tmp_path / "c",
-    ]
-    r = run_bert_squad(
-        *common,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        full,
-        "--checkpoint-every",
-        2,
-        "--peak-tflops",
-        "0.5",
-        launcher=MPIRUN,
-    )
+
+    def run(out, *extra):
+        steps = ["--max-steps", 4, "--learning-rate", "1e-3", *extra]
+        return run_bert_squad(
+            *train_args(model_dir, sample_train, out, *steps, cache=tmp_path / "c", windows=WINDOW), launcher=MPIRUN
+        )
+
+    r = run(full, "--eval-file", sample_dev, "--checkpoint-every", 2, "--peak-tflops", "0.5")
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     metrics = json.loads((full / "train_metrics.json").read_text())
     assert metrics["steps"] == 4 and metrics["run_tflops_per_device"] > 0, (family, metrics)
@@ -168,17 +146,7 @@ def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_
     assert (full / "model.safetensors").exists() and (full / "tokenizer.json").exists()
     # `predict` from the export, in one process, answers as the run's evaluation on two ranks did, byte for byte.
     predicted = run_bert_squad(
-        "predict",
-        "--model-dir",
-        full,
-        "--input",
-        sample_dev,
-        "--output-dir",
-        tmp_path / "predicted",
-        "--cache-dir",
-        tmp_path / "c",
-        "--max-seq-length",
-        96,
+        *inference_args("predict", full, sample_dev, tmp_path / "predicted", cache=tmp_path / "c", windows=WINDOW)
     )
     assert predicted.returncode == 0, f"{family}: {predicted.stderr[-3000:]}"
     assert (tmp_path / "predicted" / "predictions.json").read_bytes() == (full / "predictions.json").read_bytes()
@@ -190,7 +158,7 @@ def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_
         assert sum("left out: lm_head" in line for line in r.stdout.splitlines()) == 1, r.stdout
         assert_loads_with_transformers_alone(full, tmp_path)
     step2 = checkpoint_root(full) / "step00000002"
-    r = run_bert_squad(*common, "--no-eval", "--output-dir", resumed, "--resume", step2, launcher=MPIRUN)
+    r = run(resumed, "--no-eval", "--resume", step2)
     assert r.returncode == 0 and f"resumed from {step2}" in r.stdout, f"{family}: {r.stderr[-3000:]}"
     metrics = json.loads((resumed / "train_metrics.json").read_text())
     assert metrics["world_size"] == 2 and len(set(metrics["weights_sha256_per_rank"])) == 1
@@ -234,21 +202,9 @@ def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, s
 
     family, model_dir = family_model
     limit = 8192 if family in LONG else 512
+    too_long = ["--max-seq-length", str(limit + 1)]
     code = cli.main(
-        [
-            "--model",
-            str(model_dir),
-            "--train-file",
-            str(sample_train),
-            "--output-dir",
-            str(tmp_path / "no"),
-            "--cache-dir",
-            str(tmp_path / "c"),
-            "--max-seq-length",
-            str(limit + 1),
-            "--max-steps",
-            "1",
-        ]
+        train_args(model_dir, sample_train, tmp_path / "no", "--max-steps", 1, cache=tmp_path / "c", windows=too_long)
     )
     source = "max_position_embeddings" if family in RELATIVE_OR_ROTARY else "position embeddings"
     assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
@@ -262,21 +218,11 @@ def test_windows_go_up_to_the_models_own_positions(family_model, sample_train, s
     config_file = short_tokenizer / "tokenizer_config.json"
     config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), model_max_length=512)))
     out = tmp_path / "out"
+    steps = ["--eval-file", sample_dev, "--max-steps", 1]
     r = run_bert_squad(
-        "--model",
-        short_tokenizer,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--max-steps",
-        1,
-        "--max-seq-length",
-        limit,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "c",
+        *train_args(
+            short_tokenizer, sample_train, out, *steps, cache=tmp_path / "c", windows=["--max-seq-length", limit]
+        )
     )
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
     counts = json.loads((out / "train_metrics.json").read_text())["features"]

@@ -46,7 +46,7 @@ def test_two_processes_of_the_same_pid_probe_one_folder_at_once(tmp_path):
     ]
     try:
         while not all(path.exists() and path.read_text() for path in said):
-            assert all(p.poll() is None for p in probers), [p.communicate() for p in probers]
+            assert all(p.poll() is None for p in probers), [p.communicate(timeout=60) for p in probers]
             time.sleep(0.01)
         go.touch()
         done = [p.communicate(timeout=120) for p in probers]

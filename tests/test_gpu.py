@@ -7,18 +7,15 @@ It needs neither mpirun nor Slurm: one process, or one per GPU (two at most) sta
 variables the job script gives its ranks.
 """
 
-import contextlib
 import json
 import math
 import os
 import re
 
 import pytest
-from helpers import PYTHON, ROOT, TINY_WINDOWS, Started, free_port, gpu_count, run_bert_squad, skip_for_hardware
+from helpers import PYTHON, ROOT, gpu_count, ranks_by_hand, run_bert_squad, skip_for_hardware, train_args
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
-
-WINDOWS = TINY_WINDOWS
 
 
 def _visible_gpus_variable():
@@ -40,27 +37,8 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     if config == "ds_bf16" and not torch.cuda.is_bf16_supported():
         skip_for_hardware(f"{torch.cuda.get_device_name(0)} has no bf16")
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--deepspeed_config",
-        config,
-        "--max-steps",
-        6,
-        "--learning-rate",
-        "1e-3",
-        "--log-every",
-        1,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        *WINDOWS,
-    )
+    steps = ["--eval-file", sample_dev, "--deepspeed_config", config, "--max-steps", 6, "--learning-rate", "1e-3"]
+    r = run_bert_squad(*train_args(tiny_model, sample_train, out, *steps, "--log-every", 1, cache=tmp_path / "cache"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"^rank 0/1 .* device cuda:0 backend nccl ", r.stdout, re.M), r.stdout[:2000]
     losses = [float(x) for x in re.findall(r"^step \d+/6 loss (\S+)", r.stdout, re.M)]
@@ -87,42 +65,21 @@ def test_each_rank_binds_its_own_gpu_from_the_visible_list(tiny_model, sample_tr
     variable, ranks = _visible_gpus_variable(), min(2, gpu_count())
     visible = os.environ.get(variable) or ",".join(map(str, range(gpu_count())))
     out = tmp_path / "out"
-    train = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--deepspeed_config",
-        "ds_bf16",
-        "--max-steps",
-        3,
-        "--no-eval",
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        *WINDOWS,
-    ]
+    steps = ["--deepspeed_config", "ds_bf16", "--max-steps", 3, "--no-eval"]
+    train = train_args(tiny_model, sample_train, out, *steps, cache=tmp_path / "cache")
     common = {
         "BERT_SQUAD_GPU_ENV": variable,
         variable: visible,
         "BERT_SQUAD_REPO": str(ROOT),
-        "SLURM_NTASKS": str(ranks),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
         "PATH": f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}",
     }
-    with contextlib.ExitStack() as stack:
-        started = [
-            stack.enter_context(
-                Started(
-                    ["bash", "-c", rank_sh, "bert-squad-rank", *train],
-                    tmp_path / f"rank{rank}",
-                    env={**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
-                )
-            )
-            for rank in range(ranks)
-        ]
+
+    def as_srun_starts(rank, ranks, port):  # srun's variables: the job script's rank command derives the rest
+        slurm = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": str(ranks)}
+        return {**common, **slurm, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+    rank_cmd = ["bash", "-c", rank_sh, "bert-squad-rank", *train]
+    with ranks_by_hand(rank_cmd, tmp_path, ranks, env_of=as_srun_starts) as started:
         assert [proc.wait(timeout=600) for proc in started] == [0] * ranks, [proc.seen() for proc in started]
         for rank, proc in enumerate(started):
             assert re.search(

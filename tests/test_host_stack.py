@@ -13,7 +13,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import PYTHON, TINY_WINDOWS, run_bert_squad, tiny_run_args
+from helpers import PYTHON, inference_args, run_bert_squad, train_args
 
 HOST_ERROR = "PicklingError: Can't pickle <class 'MonthDayNano'>"
 
@@ -40,7 +40,7 @@ def test_datasets_own_fingerprint_fails_there(outside_prefix):
         f"assert pyarrow.__file__.startswith({folder!r}), pyarrow.__file__\n"
         "datasets.Dataset.from_list([{'id': 'q1', 'answers': {'text': ['a'], 'answer_start': [0]}}])\n"
     )
-    p = subprocess.run([PYTHON, "-c", script], env={**os.environ, **env}, capture_output=True, text=True)
+    p = subprocess.run([PYTHON, "-c", script], env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and HOST_ERROR in p.stderr, p.stderr[-2000:]
 
 
@@ -50,16 +50,13 @@ def test_every_command_runs_there(outside_prefix, tiny_model, sample_train, samp
     cached eval features, predict builds those of its unlabelled questions, and answer builds its own in memory."""
     env, _ = outside_prefix
     out, cache = tmp_path / "run", tmp_path / "cache"
-    models = ["--model-dir", out, "--cache-dir", cache, *TINY_WINDOWS]
     commands = {
-        "train": tiny_run_args(
-            tiny_model, sample_train, out, "--eval-file", sample_dev_v2, "--max-steps", 2, cache=cache
-        ),
-        "train again": tiny_run_args(
+        "train": train_args(tiny_model, sample_train, out, "--eval-file", sample_dev_v2, "--max-steps", 2, cache=cache),
+        "train again": train_args(
             tiny_model, sample_train, tmp_path / "again", "--max-steps", 1, "--no-eval", cache=cache
         ),
-        "evaluate": ["evaluate", *models, "--eval-file", sample_dev_v2, "--output-dir", tmp_path / "evaluate"],
-        "predict": ["predict", *models, "--input", sample_dev_v2, "--output-dir", tmp_path / "predict"],
+        "evaluate": inference_args("evaluate", out, sample_dev_v2, tmp_path / "evaluate", cache=cache),
+        "predict": inference_args("predict", out, sample_dev_v2, tmp_path / "predict", cache=cache),
         "answer": ["answer", "--model-dir", out, "--question", "Who wrote it?", "--context", "Ada wrote it.", "--json"],
     }
     built = {}

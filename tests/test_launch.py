@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ce_srun import expanded, problems
-from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib
+from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib, train_args, window_args
 from images import squash
 from slurm_jobs import finished, stored_script, submitting_env
 
@@ -212,23 +212,15 @@ def test_submit_runs_the_site_script_on_the_test_slurm(slurm_cluster, tiny_model
     """`launch --submit` from the checkout runs the sbatch command --dry-run prints: the real sbatch gets the
     site script as it is (Slurm keeps it), with the command's options, and the job trains."""
     out = tmp_path / "model"
-    train = [
-        "--model",
-        str(tiny_model),
-        "--train-file",
+    steps = ["--max-steps", 1, "--no-eval"]
+    train = train_args(
+        tiny_model,
         "bert_squad/sample/train-v1.1.json",
-        "--max-steps",
-        "1",
-        "--max-seq-length",
-        "96",
-        "--doc-stride",
-        "16",
-        "--no-eval",
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
+        out,
+        *steps,
+        cache=tmp_path / "cache",
+        windows=window_args(96, 16, None),
+    )
     submitting_env(monkeypatch, slurm_cluster, tmp_path)
     monkeypatch.chdir(ROOT)
     own = ["--site", "generic", "--time", "00:10:00"]
@@ -242,17 +234,17 @@ def test_submit_runs_the_site_script_on_the_test_slurm(slurm_cluster, tiny_model
     assert json.loads((out / "train_metrics.json").read_text())["steps"] == 1
 
 
+def job_script(name, tmp_path, **env):
+    """slurm/`name` run with bash as a job's shell would run it (job 1, the checkout as its repository), with
+    `env` beside the system's PATH alone: what its checks before the ranks say."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), **env}
+    cmd = ["bash", str(ROOT / "slurm" / name)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+
+
 def test_a_requeue_switch_that_is_no_switch_is_refused_by_the_job(tmp_path):
     """BERT_SQUAD_REQUEUE=yes was read as 0 (no requeue) without a word; the job script says so and stops."""
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "BERT_SQUAD_REQUEUE": "yes"}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "slurm" / "generic.sbatch")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = job_script("generic.sbatch", tmp_path, BERT_SQUAD_REQUEUE="yes")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "bert-squad: error: BERT_SQUAD_REQUEUE=yes: use 1 (requeue after a checkpointed stop) or 0"
     ], proc.stderr
@@ -260,15 +252,7 @@ def test_a_requeue_switch_that_is_no_switch_is_refused_by_the_job(tmp_path):
 
 def test_the_uenv_job_without_its_uenv_is_one_line(tmp_path):
     """slurm/daint-uenv.sbatch runs the ranks natively in CSCS's PyTorch uenv, which its #SBATCH --uenv mounts."""
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1", "BERT_SQUAD_REPO": str(ROOT), "HOME": str(tmp_path)}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "slurm" / "daint-uenv.sbatch")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = job_script("daint-uenv.sbatch", tmp_path, HOME=str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "bert-squad: error: no uenv at /user-environment: add #SBATCH --uenv=<image>:/user-environment and --view"
     ]

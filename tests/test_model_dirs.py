@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from helpers import train_args
 
 from bert_squad import cli
 
@@ -53,18 +54,7 @@ BROKEN = {
 COMMANDS = {
     "train": lambda d, t: (
         cli.main,
-        [
-            "--model",
-            str(d),
-            "--train-file",
-            str(t.train),
-            "--output-dir",
-            str(t.out),
-            "--cache-dir",
-            str(t.cache),
-            "--max-steps",
-            "1",
-        ],
+        train_args(d, t.train, t.out, "--max-steps", 1, cache=t.cache, windows=[]),
     ),
     "evaluate": lambda d, t: (
         cli.main,

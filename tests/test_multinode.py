@@ -10,13 +10,16 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT, Started, ds_config, run_bert_squad, zero_on_cpu
+from helpers import ROOT, Started, ds_config, inference_args, run_bert_squad, window_args, zero_on_cpu
 from safetensors.torch import load_file
 from slurm_jobs import (
+    FP32,
+    JOB_WINDOWS,
     LAUNCHERS,
     assert_one_master,
     finished,
     job_env,
+    job_train_args,
     resuming_script,
     submit,
     wait_for_log,
@@ -194,23 +197,10 @@ def test_sweep_array_tasks_spread_over_the_nodes(multinode_cluster, tiny_model, 
     run of all of a node's GPUs would): the two array tasks run at once, one on each node."""
     c = multinode_cluster
     runs = tmp_path / "runs"
-    train = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        "2",
-        "--max-seq-length",
-        "96",
-        "--doc-stride",
-        "16",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-        "--no-eval",
-        "--cache-dir",
-        tmp_path / "cache",
-    ]
+    windows = window_args(96, 16, None)
+    train = job_train_args(
+        tiny_model, sample_train, None, "--no-eval", steps=2, cache=tmp_path / "cache", windows=windows
+    )
     env = {**c.env, **job_env(tmp_path, SBATCH_EXCLUSIVE="exclusive")}
     proc = c.run(
         sys.executable,
@@ -302,26 +292,7 @@ def test_generic_sbatch_trains_across_two_nodes(
     c = multinode_cluster
     size = 2 * len(c.nodes)
     out = tmp_path / "model"
-    args = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--max-steps",
-        "4",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-    ]
+    args = job_train_args(tiny_model, sample_train, out, "--eval-file", sample_dev, cache=tmp_path / "cache")
     job, log = submit_training(c, tmp_path, launcher, args)
     info, text = finished(c, job, log)
     assert_ok(info, text)
@@ -337,19 +308,7 @@ def test_generic_sbatch_trains_across_two_nodes(
     # The job's evaluation ran on 4 ranks over 2 nodes; one process on the exported model predicts the same.
     single = tmp_path / "single"
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        out,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        single,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
+        *inference_args("evaluate", out, sample_dev, single, cache=tmp_path / "cache", windows=JOB_WINDOWS)
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert (single / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
@@ -358,25 +317,7 @@ def test_generic_sbatch_trains_across_two_nodes(
 def bare_training(launch, tiny_model, sample_train, tmp_path):
     """A job body: `launch python -m bert_squad` training the tiny model 2 steps, with no job script, so
     bert_squad.distributed.detect alone derives rank, MASTER_ADDR and the port from the launcher's variables."""
-    args = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        "2",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
-        "--no-eval",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-        "--output-dir",
-        tmp_path / "model",
-        "--cache-dir",
-        tmp_path / "cache",
-    ]
+    args = job_train_args(tiny_model, sample_train, tmp_path / "model", "--no-eval", steps=2, cache=tmp_path / "cache")
     words = " ".join(map(str, args))
     return f"unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK\n{launch} python -m bert_squad {words}"
 
@@ -413,26 +354,10 @@ def test_a_step_on_the_second_node_of_two_meets_there(multinode_cluster, tiny_mo
     assert json.loads((tmp_path / "model" / "train_metrics.json").read_text())["world_size"] == 2
 
 
-def long_training(tiny_model, sample_train, out, steps=100000, config="configs/ds_fp32.json"):
-    return [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        steps,
-        "--log-every",
-        "1",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "48",
-        "--deepspeed_config",
-        config,
-        "--no-eval",
-        "--output-dir",
-        out,
-    ]
+def long_training(tiny_model, sample_train, out, steps=100000, config=FP32):
+    """A job's training that logs every step and trains until `steps` (by default until a signal or a lost node
+    ends it)."""
+    return job_train_args(tiny_model, sample_train, out, "--log-every", "1", "--no-eval", steps=steps, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -470,8 +395,7 @@ def test_end_of_job_signal_requeues_and_resumes_to_the_same_weights(
     (slurm_jobs.resuming_script), so where the signal lands decides the total, not a guess of speed."""
     c = multinode_cluster
     out = tmp_path / "model"
-    args = long_training(tiny_model, sample_train, out, config=constant_lr)
-    args = [*args[: args.index("--max-steps")], *args[args.index("--max-steps") + 2 :], "--resume", "auto"]
+    args = [*long_training(tiny_model, sample_train, out, steps=None, config=constant_lr), "--resume", "auto"]
     job, log = submit_training(c, tmp_path, launcher, args, requeue=True, script=resuming_script(tmp_path, out, 5))
     try:
         wait_for_log(c, job, log, r"step 3/")

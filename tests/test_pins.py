@@ -73,11 +73,15 @@ def test_an_older_python_is_refused_in_one_line_before_any_install(tmp_path):
     and the file, exit 1; against setup.cfg's own floor, this Python passes."""
     (tmp_path / "setup.cfg").write_text("[options]\npython_requires = >=3.99\n")
     refused = subprocess.run(
-        [sys.executable, "tools/python_floor.py", str(tmp_path / "setup.cfg")], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "tools/python_floor.py", str(tmp_path / "setup.cfg")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     have = "{}.{}".format(*sys.version_info[:2])
     assert refused.returncode == 1 and refused.stderr == (
         f"{sys.executable} is Python {have}; the pinned packages need 3.99 or later ({tmp_path}/setup.cfg: >=3.99)\n"
     )
-    assert subprocess.run([sys.executable, "tools/python_floor.py"], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "tools/python_floor.py"], cwd=ROOT, timeout=60).returncode == 0
     assert "\t@python3 tools/python_floor.py" in (ROOT / "Makefile").read_text().split("\tpython3 -m venv")[0]

@@ -10,12 +10,12 @@ from helpers import (
     MPIRUN,
     PYTHON,
     ROOT,
-    TINY_WINDOWS,
     Started,
     assert_same_weights,
-    free_port,
     launcher_env,
+    ranks_by_hand,
     run_bert_squad,
+    train_args,
 )
 from safetensors.torch import load_file
 
@@ -24,27 +24,18 @@ from bert_squad.preemption import EXIT_STOPPED
 
 pytestmark = pytest.mark.slow
 
-ARGS = [*TINY_WINDOWS, "--no-eval", "--learning-rate", "1e-3", "--max-steps", "16"]
+
+def _args(tiny_model, sample_train, out, *extra):
+    """These tests' run: 16 steps of the tiny model, no evaluation, the feature cache beside `out`; then `extra`."""
+    return train_args(tiny_model, sample_train, out, *ARGS, *extra, cache=out.parent / "cache")
+
+
+ARGS = ["--no-eval", "--learning-rate", "1e-3", "--max-steps", "16"]
 
 
 def _start(tiny_model, sample_train, out, *extra, launcher=()):
     """The training, started; the caller's `with` ends its process group whatever happens."""
-    cmd = [
-        *launcher,
-        PYTHON,
-        "-m",
-        "bert_squad",
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        out.parent / "cache",
-        *ARGS,
-        *extra,
-    ]
+    cmd = [*launcher, PYTHON, "-m", "bert_squad", *_args(tiny_model, sample_train, out, *extra)]
     return Started(cmd, out.parent / "logs", env=launcher_env(launcher))
 
 
@@ -54,17 +45,7 @@ def _weights(out):
 
 def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample_train, tmp_path):
     ref = tmp_path / "ref" / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        ref,
-        "--cache-dir",
-        ref.parent / "cache",
-        *ARGS,
-    )
+    r = run_bert_squad(*_args(tiny_model, sample_train, ref))
     assert r.returncode == 0, r.stderr[-2000:]
 
     out = tmp_path / "stopped" / "out"
@@ -77,19 +58,7 @@ def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample
     assert len(tags) == 1 and 5 <= int(tags[0][4:]) < 16
     assert not (out / "model.safetensors").exists()  # a stopped run exports nothing half-done
 
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        out.parent / "cache",
-        "--resume",
-        "auto",
-        *ARGS,
-    )
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, "--resume", "auto"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resumed from {checkpoint_root(out) / tags[0]}" in r.stdout
     a, b = _weights(ref), _weights(out)
@@ -112,21 +81,7 @@ def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path
 
 def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--checkpoint-every",
-        4,
-        "--keep-checkpoints",
-        2,
-        *ARGS,
-    )
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, "--checkpoint-every", 4, "--keep-checkpoints", 2))
     assert r.returncode == 0, r.stderr[-2000:]
     root = checkpoint_root(out)
     assert complete_tags(root) == ["step00000012", "step00000016"]
@@ -137,19 +92,7 @@ def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample
     with pytest.raises(Exception, match="not a complete checkpoint"):
         find(str(root / "step00000020"), out)
     # An explicit path resumes too; at the end already, it trains no further steps.
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--resume",
-        root / "step00000012",
-        *ARGS,
-    )
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, "--resume", root / "step00000012"))
     assert r.returncode == 0 and "at step 12" in r.stdout
 
 
@@ -157,20 +100,7 @@ def test_resume_auto_without_checkpoint_starts_fresh(tiny_model, sample_train, t
     """With nothing to resume, `--resume auto` is a fresh run: the same weights as one without it."""
     runs = {}
     for name, extra in (("auto", ["--resume", "auto"]), ("fresh", [])):
-        runs[name] = run_bert_squad(
-            "--model",
-            tiny_model,
-            "--train-file",
-            sample_train,
-            "--output-dir",
-            tmp_path / name,
-            "--cache-dir",
-            tmp_path / "cache",
-            *extra,
-            *ARGS[:-2],
-            "--max-steps",
-            2,
-        )
+        runs[name] = run_bert_squad(*_args(tiny_model, sample_train, tmp_path / name, *extra, "--max-steps", 2))
         assert runs[name].returncode == 0, runs[name].stderr[-3000:]
     assert_same_weights(tmp_path / "auto", tmp_path / "fresh")
     assert not (tmp_path / "auto" / "checkpoints").exists()
@@ -192,35 +122,9 @@ def test_signal_under_mpirun_stops_both_ranks_at_one_step(tiny_model, sample_tra
 def test_a_dead_rank_does_not_hang_the_others(tiny_model, sample_train, tmp_path):
     """Two ranks started by hand (torchrun-style env): kill one; the other must fail, not wait forever.
     Its collectives give up after --dist-timeout (30 s); the deadline to see it exit is generous."""
-    out = tmp_path / "out"
-    port = str(free_port())
-    cmd = [
-        PYTHON,
-        "-m",
-        "bert_squad",
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        *ARGS[:-2],
-        "--max-steps",
-        "100000",
-        "--log-every",
-        "1",
-        "--dist-timeout",
-        "30",
-    ]
-    ranks = [
-        dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for r in (0, 1)
-    ]
-    with (
-        Started(cmd, tmp_path / "rank0", env=ranks[0]) as first,
-        Started(cmd, tmp_path / "rank1", env=ranks[1]) as second,
-    ):
+    endless = ["--max-steps", 100000, "--log-every", 1, "--dist-timeout", 30]
+    cmd = [PYTHON, "-m", "bert_squad", *_args(tiny_model, sample_train, tmp_path / "out", *endless)]
+    with ranks_by_hand(cmd, tmp_path) as (first, second):
         first.wait_for("step 2/")
         second.kill()
         assert first.wait(timeout=600) != 0, first.seen()
@@ -233,31 +137,9 @@ def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_st
     tests/reduce_tap.py) fall on the same steps on both ranks, the last at the step they stop at. How many
     there are follows the wall time, so bench/stop_checks.py prints that count instead of a test asserting it."""
     out, calls = tmp_path / "out", tmp_path / "calls.json"
-    cmd = [
-        PYTHON,
-        ROOT / "tests" / "reduce_tap.py",
-        calls,
-        "--signal-at-step",
-        12,
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        *ARGS[:-2],
-        "--max-steps",
-        100000,
-        "--log-every",
-        100000,
-    ]
-    common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    with (
-        Started(cmd, tmp_path / "rank0", env=dict(common, RANK="0", LOCAL_RANK="0")) as first,
-        Started(cmd, tmp_path / "rank1", env=dict(common, RANK="1", LOCAL_RANK="1")) as second,
-    ):
+    tap = [PYTHON, ROOT / "tests" / "reduce_tap.py", calls, "--signal-at-step", 12]
+    cmd = [*tap, *_args(tiny_model, sample_train, out, "--max-steps", 100000, "--log-every", 100000)]
+    with ranks_by_hand(cmd, tmp_path) as (first, second):
         assert [first.wait(timeout=600), second.wait(timeout=600)] == [EXIT_STOPPED] * 2, (first.seen(), second.seen())
         assert "stop requested (signal 10)" in first.stdout
     step = int(re.search(r"checkpoint at step (\d+) saved", first.stdout).group(1))

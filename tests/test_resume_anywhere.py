@@ -22,18 +22,21 @@ from helpers import (
     MPIRUN,
     PYTHON,
     ROOT,
-    TINY_WINDOWS,
     assert_same_weights,
     assert_span_head_export,
     free_port,
+    inference_args,
+    rank_env,
     run_bert_squad,
-    tiny_run_args,
+    train_args,
     zero_on_cpu,
 )
 
 from bert_squad import checkpoint, dsconfig, resume
 from bert_squad.checkpoint import MARKER, Layout, checkpoint_root
 from bert_squad.errors import UserError
+
+pytestmark = pytest.mark.heavy
 
 TAP = ROOT / "tests" / "state_tap.py"
 ARGS = ["--no-eval", "--learning-rate", "1e-3", "--log-every", "2", "--checkpoint-every", "2", "--resume", "auto"]
@@ -56,8 +59,10 @@ def tapped(dumps, *args, ranks=1):
     )
 
 
-def train_args(model, train, out, config):
-    return tiny_run_args(model, train, out, "--deepspeed_config", config, *ARGS)
+def resume_args(model, train, out, config):
+    """The runs here: the tiny windows, a checkpoint every 2 steps, resumed where there is one, the feature cache
+    beside `out`."""
+    return train_args(model, train, out, "--deepspeed_config", config, *ARGS, cache=Path(out).parent / "cache")
 
 
 # --- the world-size decision (pure) ---------------------------------------------------------------
@@ -218,7 +223,7 @@ def chain(request, tiny_eurobert, sample_train, sample_dev, tmp_path_factory):
     config, out, logs, first = ds_config(request.param, tmp), tmp / "out", [], None
     evaluated = ["--eval-file", sample_dev, "--eval-every", 1, "--keep-best"]
     for ranks, steps in CHAIN:
-        args = train_args(tiny_eurobert, sample_train, out, config)
+        args = resume_args(tiny_eurobert, sample_train, out, config)
         if first is None:
             args = [a for a in args if a != "--no-eval"] + list(map(str, evaluated))
         r = tapped(tmp / "dumps", *args, "--max-steps", steps, ranks=ranks)
@@ -269,19 +274,21 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
 
 @pytest.mark.slow
 @pytest.mark.mpi
-def test_a_run_started_on_one_rank_grows_to_two(tiny_model, sample_train, tmp_path):
-    """ZeRO-2 on 1 rank (micro batch 16, no accumulation), resumed on 2 ranks: the global batch of 16 is kept
-    by a micro batch of 8, the shards go through a universal checkpoint, the state loads as saved, and the
-    run finishes."""
-    config, out, dumps, logs = ds_config("zero2_bf16", tmp_path), tmp_path / "out", tmp_path / "dumps", []
-    for ranks, steps in [(1, 2), (2, 4)]:
-        r = tapped(dumps, *train_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
-        assert r.returncode == 0, r.stderr[-3000:]
-        logs.append(r.stdout)
+def test_a_run_started_on_one_rank_grows_to_two(two_checkpoints, tiny_model, sample_train, tmp_path):
+    """ZeRO-2 on 1 rank (micro batch 16, no accumulation: `two_checkpoints`' run), resumed from step 2 on 2 ranks:
+    the global batch of 16 is kept by a micro batch of 8, the shards go through a universal checkpoint, the state
+    loads as saved, and the run finishes."""
+    out, dumps = tmp_path / "out", tmp_path / "dumps"
+    shutil.copytree(two_checkpoints.out, out)
+    shutil.copytree(two_checkpoints.dumps, dumps)
+    shutil.rmtree(checkpoint_root(out) / "step00000004")  # step 4 is this run's to write
+    args = resume_args(tiny_model, sample_train, out, two_checkpoints.config)
+    r = tapped(dumps, *args, "--max-steps", 4, "--resume", checkpoint_root(out) / "step00000002", ranks=2)
+    assert r.returncode == 0, r.stderr[-3000:]
     assert (
-        "written by 1 rank, on 2 ranks: universal checkpoint (converted in" in logs[1]
-        and "micro batch 8 x accumulation 1 keeps the global batch of 16" in logs[1]
-    ), logs[1][-3000:]
+        "written by 1 rank, on 2 ranks: universal checkpoint (converted in" in r.stdout
+        and "micro batch 8 x accumulation 1 keeps the global batch of 16" in r.stdout
+    ), r.stdout[-3000:]
     saved, loaded = (torch.load(dumps / f"{kind}-step2.pt") for kind in ("saved", "loaded"))
     assert all(
         torch.equal(a, b)
@@ -355,17 +362,7 @@ def test_export_of_the_last_checkpoint_is_the_runs_own_export(chain, tmp_path, s
     if chain.name != "zero3_bf16":
         return
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        export,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        tmp_path / "eval",
-        "--cache-dir",
-        tmp_path / "cache",
-        *TINY_WINDOWS,
-        timeout=300,
+        *inference_args("evaluate", export, sample_dev, tmp_path / "eval", cache=tmp_path / "cache"), timeout=300
     )
     assert r.returncode == 0 and '"exact_match"' in r.stdout, r.stderr[-3000:]
     answers = [
@@ -418,22 +415,22 @@ DAMAGES = {  # what happens to one file of the newest checkpoint
 
 @pytest.fixture(scope="module")
 def two_checkpoints(tiny_model, sample_train, tmp_path_factory):
-    """A ZeRO-2 run on 1 rank with checkpoints at steps 2 and 4, and the same run resumed from step 2
-    to step 6 directly."""
+    """A ZeRO-2 run on 1 rank with checkpoints at steps 2 and 4 (through the state tap: its dumps), and the same
+    run resumed from step 2 to step 6 directly."""
     tmp = tmp_path_factory.mktemp("damage")
     config = ds_config("zero2_bf16", tmp)
-    r = run_bert_squad(*train_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
+    r = tapped(tmp / "dumps", *resume_args(tiny_model, sample_train, tmp / "out", config), "--max-steps", 4)
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.copytree(tmp / "out", tmp / "direct")
     r = run_bert_squad(
-        *train_args(tiny_model, sample_train, tmp / "direct", config),
+        *resume_args(tiny_model, sample_train, tmp / "direct", config),
         "--max-steps",
         6,
         "--resume",
         checkpoint_root(tmp / "direct") / "step00000002",
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    return SimpleNamespace(out=tmp / "out", direct=tmp / "direct", config=config)
+    return SimpleNamespace(out=tmp / "out", dumps=tmp / "dumps", direct=tmp / "direct", config=config)
 
 
 @pytest.mark.slow
@@ -446,7 +443,7 @@ def test_a_damaged_checkpoint_is_passed_over(damage, two_checkpoints, tiny_model
     name, harm = DAMAGES[damage]
     damaged = checkpoint_root(out) / "step00000004"
     harm(damaged / name)
-    args = train_args(tiny_model, sample_train, out, two_checkpoints.config)
+    args = resume_args(tiny_model, sample_train, out, two_checkpoints.config)
     r = run_bert_squad(*args, "--max-steps", 6, "--resume", damaged)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
     assert f"{damaged}: damaged checkpoint: {name} " in r.stderr
@@ -472,13 +469,6 @@ def test_export_of_what_is_not_a_checkpoint(tiny_model, tmp_path):
     assert not (tmp_path / "export").exists()
 
 
-@pytest.fixture(scope="module")
-def tiny_distilbert(tmp_path_factory):
-    from tiny_models import build_tiny_model
-
-    return build_tiny_model("distilbert", tmp_path_factory.mktemp("tiny-distilbert"))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "change, message",
@@ -488,10 +478,10 @@ def tiny_distilbert(tmp_path_factory):
     ],
 )
 def test_a_checkpoint_of_another_model_or_window_is_refused(
-    change, message, two_checkpoints, tiny_model, tiny_distilbert, sample_train, tmp_path
+    change, message, two_checkpoints, tiny_model, tiny_family, sample_train, tmp_path
 ):
-    model = tiny_distilbert if change == "model" else tiny_model
-    args = train_args(model, sample_train, tmp_path / "out", two_checkpoints.config)
+    model = tiny_family("distilbert") if change == "model" else tiny_model
+    args = resume_args(model, sample_train, tmp_path / "out", two_checkpoints.config)
     if change == "window":
         args[args.index("--max-seq-length") + 1] = "96"
     r = run_bert_squad(*args, "--resume", checkpoint_root(two_checkpoints.out) / "step00000002")
@@ -523,13 +513,11 @@ def test_a_conversion_into_a_read_only_checkpoint_is_refused(two_checkpoints, ti
         PYTHON,
         "-m",
         "bert_squad",
-        *map(str, train_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
+        *map(str, resume_args(tiny_model, sample_train, tmp_path / "out", tmp_path / "micro8.json")),
         "--resume",
         str(source),
     ]
-    env = dict(
-        os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
-    )
+    env = dict(os.environ, **rank_env(0, 2, free_port()))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     if "unshare failed" in r.stderr or "mount:" in r.stderr:
         pytest.skip(f"no mount namespace here: {r.stderr.strip()}")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, window_args
 from slurm_jobs import (
     GENERIC,
     LAUNCHERS,
@@ -20,6 +20,7 @@ from slurm_jobs import (
     assert_one_master,
     finished,
     job_env,
+    job_train_args,
     resuming_script,
     submit,
     wait_for_log,
@@ -33,31 +34,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SARUS_IMAGE = "load/library/bert-squad:cuda"
 
 
-def train_args(model, train_file, out, *more):
-    return [
-        "--model",
-        model,
-        "--train-file",
-        train_file,
-        "--output-dir",
-        out,
-        "--max-steps",
-        "4",
-        "--max-seq-length",
-        "128",
-        "--doc-stride",
-        "32",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-        "--no-eval",
-        *more,
-    ]
+def job_args(model, train_file, out, *more, steps=4):
+    """These jobs' training arguments: the job's, without evaluation, windows 32 tokens apart; then `more`."""
+    return job_train_args(model, train_file, out, "--no-eval", *more, steps=steps, windows=window_args(128, 32, None))
 
 
-def endless(args):
-    """The same training arguments, for a run that only a signal ends."""
-    args[args.index("--max-steps") + 1] = "100000"
-    return args
+ENDLESS = 100000  # the steps of a run that only a signal ends
 
 
 def two_ranks(cluster, tmp_path, args, env, options=(), script=GENERIC):
@@ -76,7 +58,7 @@ def assert_trained(info, text, out):
 @pytest.mark.mpi
 def test_generic_sbatch_trains_two_ranks_with_mpirun(slurm_cluster, tiny_model, sample_train, tmp_path):
     out = tmp_path / "model"
-    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), job_env(tmp_path))
+    job, log = two_ranks(slurm_cluster, tmp_path, job_args(tiny_model, sample_train, out), job_env(tmp_path))
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
     assert re.search(r"bert-squad: running: mpirun -np 2 --bind-to none bash -c", text), text[:3000]
@@ -159,7 +141,7 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
             ["-B", f"{scratch}/bert-squad/bert-squad-env.sqsh:/user-software:image-src=/"],
         )
         del env["BERT_SQUAD_RUNTIME"], env["BERT_SQUAD_LAUNCHER"]
-    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, out), env, script=script)
+    job, log = two_ranks(slurm_cluster, tmp_path, job_args(tiny_model, sample_train, out), env, script=script)
     info, text = finished(slurm_cluster, job, log)
     assert_trained(info, text, out)
     assert_one_master(text, job, launcher, socket.gethostname())
@@ -181,7 +163,7 @@ def test_container_path_with_standin_runtimes(slurm_cluster, tiny_model, sample_
         # The scratch (model, data, cache, output) and the checkout (configs/) are visible inside.
         assert str(scratch) in sources and str(ROOT) in sources, sources
         assert call["command"][:2] == ["bash", "-c"] and "python -m bert_squad" in call["command"][2]
-        assert call["command"][4:] == train_args(str(tiny_model), str(sample_train), str(out))
+        assert call["command"][4:] == job_args(str(tiny_model), str(sample_train), str(out))
         # The environment the ranks need passes through the runtime (its default; no --cleanenv): each
         # rank derives the rendezvous from the job's id and node list.
         assert call["env"]["SLURM_JOB_ID"] == job and call["env"]["SLURM_JOB_NODELIST"]
@@ -204,7 +186,7 @@ def test_missing_cache_fails_fast(slurm_cluster, tmp_path):
 def test_missing_image_fails_fast(slurm_cluster, tiny_model, sample_train, tmp_path):
     env = job_env(tmp_path, BERT_SQUAD_RUNTIME="singularity", BERT_SQUAD_IMAGE=str(tmp_path / "absent.sif"))
     env["PATH"] = f"{_standin_bin(tmp_path)}:{env['PATH']}"
-    job, log = two_ranks(slurm_cluster, tmp_path, train_args(tiny_model, sample_train, tmp_path / "o"), env)
+    job, log = two_ranks(slurm_cluster, tmp_path, job_args(tiny_model, sample_train, tmp_path / "o"), env)
     info, text = finished(slurm_cluster, job, log, timeout=120)
     assert info["ExitCode"] == "2:0" and "absent.sif is absent" in text, text
 
@@ -213,7 +195,7 @@ def test_missing_image_fails_fast(slurm_cluster, tiny_model, sample_train, tmp_p
 def test_end_of_job_signal_checkpoints_and_exits_75(slurm_cluster, tiny_model, sample_train, tmp_path, launcher):
     """USR1 to the batch shell only (what --signal=B:USR1 does) reaches both ranks through the launcher."""
     out = tmp_path / "model"
-    args = endless(train_args(tiny_model, sample_train, out, "--log-every", "1"))
+    args = job_args(tiny_model, sample_train, out, "--log-every", "1", steps=ENDLESS)
     job, log = two_ranks(slurm_cluster, tmp_path, args, job_env(tmp_path, BERT_SQUAD_LAUNCHER=launcher))
     info, text = warn_when_training(slurm_cluster, job, log)
     assert info["ExitCode"] == "75:0", f"{info}\n{text[-3000:]}"
@@ -230,7 +212,7 @@ def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train,
         "--ntasks-per-node=2",
         "bash",
         str(GENERIC),
-        *train_args(tiny_model, sample_train, out),
+        *job_args(tiny_model, sample_train, out),
         env={**slurm_cluster.env, **job_env(tmp_path)},
         cwd=ROOT,
         timeout=900,
@@ -241,7 +223,7 @@ def test_same_script_runs_inside_salloc(slurm_cluster, tiny_model, sample_train,
 
 def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_train, tmp_path):
     out = tmp_path / "model"
-    args = endless(train_args(tiny_model, sample_train, out, "--resume", "auto"))
+    args = job_args(tiny_model, sample_train, out, "--resume", "auto", steps=ENDLESS)
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
     job, log = two_ranks(slurm_cluster, tmp_path, args, env, options=["--requeue", "--open-mode=append"])
     try:
@@ -273,8 +255,7 @@ def test_time_limit_checkpoints_and_the_requeued_job_finishes(slurm_cluster, tin
     run trains until the warning stops it; the requeued one resumes and trains 5 steps past the checkpoint
     (slurm_jobs.resuming_script), however far the first run got."""
     out = tmp_path / "model"
-    args = train_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "100")
-    args = args[: args.index("--max-steps")] + args[args.index("--max-steps") + 2 :]
+    args = job_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "100", steps=None)
     env = job_env(tmp_path, BERT_SQUAD_LAUNCHER="srun", BERT_SQUAD_REQUEUE="1")
     job, log = submit(
         slurm_cluster,

@@ -8,9 +8,17 @@ the same world's resume and loading with transformers alone."""
 import json
 
 import pytest
-from helpers import MPIRUN, TINY_WINDOWS, assert_span_head_export, run_bert_squad, zero_on_cpu
+from helpers import (
+    MPIRUN,
+    TINY_WINDOWS,
+    assert_span_head_export,
+    inference_args,
+    run_bert_squad,
+    train_args,
+    zero_on_cpu,
+)
 
-pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.cpu]
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.cpu, pytest.mark.heavy]
 
 QUESTION, CONTEXT = "Where was Ada Novak born?", "Ada Novak was born in Lugano in 1834. She studied physics."
 
@@ -19,43 +27,18 @@ def test_every_command_takes_what_it_saved(tiny_eurobert, sample_train, sample_d
     """A span-head model trained on 2 ranks under ZeRO-3: `evaluate` on 2 ranks scores it as the run did,
     `predict` answers as `evaluate` does, `answer` and `bert-squad-test` answer from it."""
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_eurobert,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--deepspeed_config",
-        zero_on_cpu(tmp_path, 3),
-        "--max-steps",
-        2,
-        *TINY_WINDOWS,
-        launcher=MPIRUN,
-    )
+    steps = ["--eval-file", sample_dev, "--deepspeed_config", zero_on_cpu(tmp_path, 3), "--max-steps", 2]
+    r = run_bert_squad(*train_args(tiny_eurobert, sample_train, out, *steps, cache=tmp_path / "cache"), launcher=MPIRUN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert_span_head_export(out)  # gathered from ZeRO-3's partitions
-    common = ["--cache-dir", tmp_path / "cache", *TINY_WINDOWS]
     r = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        out,
-        "--eval-file",
-        sample_dev,
-        "--output-dir",
-        tmp_path / "eval",
-        *common,
-        launcher=MPIRUN,
+        *inference_args("evaluate", out, sample_dev, tmp_path / "eval", cache=tmp_path / "cache"), launcher=MPIRUN
     )
     assert r.returncode == 0, r.stderr[-3000:]
     scored, during = json.loads(r.stdout.splitlines()[-1]), json.loads((out / "eval_metrics.json").read_text())
     assert (scored["exact_match"], scored["f1"]) == (during["exact_match"], during["f1"])
     assert (tmp_path / "eval" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
-    r = run_bert_squad("predict", "--model-dir", out, "--input", sample_dev, "--output-dir", tmp_path / "pred", *common)
+    r = run_bert_squad(*inference_args("predict", out, sample_dev, tmp_path / "pred", cache=tmp_path / "cache"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "pred" / "predictions.json").read_bytes() == (out / "predictions.json").read_bytes()
     r = run_bert_squad(

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
-from slurm_jobs import job_env, paused, stored_script, submitting_env
+from helpers import ROOT, window_args
+from slurm_jobs import job_env, job_train_args, paused, stored_script, submitting_env
 
 from bert_squad import cli, outputs
 from bert_squad.cluster import launch, sweep
@@ -252,22 +252,9 @@ def test_run_needs_a_combination(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_two_seed_array_on_local_slurm(slurm_cluster, tiny_model, sample_train, sample_dev, tmp_path):
     runs = tmp_path / "runs"
-    train = [
-        "--model",
-        str(tiny_model),
-        "--train-file",
-        str(sample_train),
-        "--eval-file",
-        str(sample_dev),
-        "--max-steps",
-        "3",
-        "--max-seq-length",
-        "96",
-        "--doc-stride",
-        "16",
-        "--deepspeed_config",
-        "configs/ds_fp32.json",
-    ]
+    train = job_train_args(
+        tiny_model, sample_train, None, "--eval-file", sample_dev, steps=3, windows=window_args(96, 16, None)
+    )
     env = {**slurm_cluster.env, **job_env(tmp_path), "COLUMNS": "200"}  # the rich table on one line per row
 
     def bert_squad(*args):

@@ -8,11 +8,32 @@ import shutil
 
 import pytest
 import torch
-from helpers import MPIRUN, ROOT, TINY_WINDOWS, put_in_hub_cache, run_bert_squad, tiny_run_args, zero_on_cpu
+from helpers import (
+    MPIRUN,
+    ROOT,
+    TINY_WINDOWS,
+    inference_args,
+    put_in_hub_cache,
+    run_bert_squad,
+    train_args,
+    window_args,
+    zero_on_cpu,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 TINY_ARGS = [*TINY_WINDOWS, "--log-every", "5"]
+
+
+def tiny_run(tiny_model, sample_train, tmp_path, *extra, out=None, launcher=()):
+    """The tiny model trained on the sample with these tests' windows and log lines, the feature cache in
+    `tmp_path` (the output dir too unless given), then `extra`; it must succeed."""
+    out = out or tmp_path / "out"
+    r = run_bert_squad(
+        *train_args(tiny_model, sample_train, out, *TINY_ARGS, *extra, cache=tmp_path / "cache"), launcher=launcher
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
 
 
 def losses(stdout):
@@ -21,25 +42,9 @@ def losses(stdout):
 
 @pytest.fixture(scope="module")
 def trained(tiny_model, sample_train, tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--no-eval",
-        "--output-dir",
-        out,
-        "--max-steps",
-        60,
-        "--learning-rate",
-        "3e-3",
-        "--cache-dir",
-        out.parent / "cache",
-        *TINY_ARGS,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out, r
+    run = tmp_path_factory.mktemp("run")
+    r = tiny_run(tiny_model, sample_train, run, "--no-eval", "--max-steps", 60, "--learning-rate", "3e-3")
+    return run / "out", r
 
 
 @pytest.mark.compat
@@ -72,26 +77,10 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     """The engine of every shipped config steps a torch.optim optimizer, so no DeepSpeed op is compiled on the
     host; --no-export writes the metrics (each log line's window, what the engine built) and no model."""
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--no-eval",
-        "--no-export",
-        "--output-dir",
-        out,
-        "--max-steps",
-        2,
-        "--log-every",
-        1,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--deepspeed_config",
-        cpu_form(name, tmp_path),
-        *TINY_WINDOWS,
+    config = ["--deepspeed_config", cpu_form(name, tmp_path)]
+    r = tiny_run(
+        tiny_model, sample_train, tmp_path, "--no-eval", "--no-export", "--max-steps", 2, "--log-every", 1, *config
     )
-    assert r.returncode == 0, r.stderr[-3000:]
     metrics = json.loads((out / "train_metrics.json").read_text())
     engine = metrics["engine"]
     assert engine["optimizer"] == "torch.optim.adamw.AdamW" and engine["skipped_steps"] == 0, engine
@@ -121,7 +110,8 @@ def test_the_loops_clipping_trains_as_deepspeeds(name, tiny_model, sample_train,
     for how, cfg in configs.items():
         (tmp_path / f"{how}.json").write_text(json.dumps(cfg))
         args = ["--deepspeed_config", tmp_path / f"{how}.json", "--max-steps", 3, "--log-every", 1, "--no-eval"]
-        r = run_bert_squad(*tiny_run_args(tiny_model, sample_train, tmp_path / how, "--learning-rate", "5e-3", *args))
+        extra = ["--learning-rate", "5e-3", *args]
+        r = run_bert_squad(*train_args(tiny_model, sample_train, tmp_path / how, *extra, cache=tmp_path / "cache"))
         assert r.returncode == 0, r.stderr[-3000:]
         runs[how], weights[how] = losses(r.stdout), load_file(str(tmp_path / how / "model.safetensors"))
     assert "in one foreach call" not in r.stdout  # the last run, unclipped: the loop clips nothing either
@@ -142,21 +132,7 @@ def test_a_fraction_of_an_epoch_is_that_share_of_its_steps(tiny_model, sample_tr
     """--epochs without --max-steps, as `make demo` and every site script train: 2 % of an epoch of the
     sample is ceil(0.02 x its steps per epoch) optimizer steps."""
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--epochs",
-        "0.02",
-        "--no-eval",
-        "--output-dir",
-        out,
-        "--cache-dir",
-        tmp_path / "cache",
-        *TINY_ARGS,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = tiny_run(tiny_model, sample_train, tmp_path, "--epochs", "0.02", "--no-eval")
     total, per_epoch = steps_planned(r.stdout)
     assert per_epoch > 50 and total == math.ceil(0.02 * per_epoch), (total, per_epoch)
     metrics = json.loads((out / "train_metrics.json").read_text())
@@ -172,29 +148,17 @@ def test_resume_in_the_middle_of_an_epoch_ends_with_the_same_weights(tiny_model,
     doc = json.loads(sample_train.read_text())
     article = tmp_path / "article.json"
     article.write_text(json.dumps(dict(doc, data=doc["data"][:1])))
-    common = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        article,
-        "--epochs",
-        "1.5",
-        "--no-eval",
-        "--learning-rate",
-        "1e-3",
-        "--cache-dir",
-        tmp_path / "cache",
-        *TINY_ARGS,
-    ]
+    common = ["--epochs", "1.5", "--no-eval", "--learning-rate", "1e-3"]
     full = tmp_path / "full"
-    r = run_bert_squad(*common, "--output-dir", full, "--checkpoint-every", 1, "--keep-checkpoints", 1000)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = tiny_run(tiny_model, article, tmp_path, *common, "--checkpoint-every", 1, "--keep-checkpoints", 1000, out=full)
     total, per_epoch = steps_planned(r.stdout)
     assert 2 < per_epoch < total < 2 * per_epoch, (total, per_epoch)
     for step in (1, per_epoch + 1):  # one step into each epoch
         resumed = tmp_path / f"resumed-{step}"
-        r = run_bert_squad(*common, "--output-dir", resumed, "--resume", full / "checkpoints" / f"step{step:08d}")
-        assert r.returncode == 0 and f"at step {step}" in r.stdout, r.stderr[-3000:]
+        r = tiny_run(
+            tiny_model, article, tmp_path, *common, "--resume", full / "checkpoints" / f"step{step:08d}", out=resumed
+        )
+        assert f"at step {step}" in r.stdout, r.stdout[-3000:]
         a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
         assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), step
         assert json.loads((resumed / "train_metrics.json").read_text())["steps"] == total
@@ -210,29 +174,19 @@ def test_compile_trains_as_the_eager_model_does(tiny_model, sample_train, tmp_pa
     config = json.loads((model / "config.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (model / "config.json").write_text(json.dumps(config))
-    common = [
-        "--model",
-        model,
-        "--train-file",
-        sample_train,
-        "--max-steps",
-        2,
-        "--no-eval",
-        "--log-every",
-        1,
-        "--pad-to-max-length",
-        "--max-seq-length",
-        64,
-        "--max-query-length",
-        16,
-        "--doc-stride",
-        16,
-        "--cache-dir",
-        tmp_path / "cache",
-    ]
+    common = ["--max-steps", 2, "--no-eval", "--log-every", 1, "--pad-to-max-length"]
     runs = {}
     for name, extra in (("eager", []), ("compiled", ["--compile"])):
-        r = run_bert_squad(*common, *extra, "--output-dir", tmp_path / name, timeout=900)
+        args = train_args(
+            model,
+            sample_train,
+            tmp_path / name,
+            *common,
+            *extra,
+            cache=tmp_path / "cache",
+            windows=window_args(64, 16, 16),
+        )
+        r = run_bert_squad(*args, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
         runs[name] = losses(r.stdout)
     assert len(runs["eager"]) == 2 and runs["compiled"] == pytest.approx(runs["eager"], rel=1e-3)
@@ -271,26 +225,19 @@ def test_export_loads_with_auto_classes_and_answers(trained):
 @pytest.mark.mpi
 def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
+    config = ["--deepspeed_config", zero_on_cpu(tmp_path, 2, bf16=True)]
+    r = tiny_run(
         tiny_model,
-        "--train-file",
         sample_train,
+        tmp_path,
         "--no-eval",
-        "--output-dir",
-        out,
         "--max-steps",
         10,
         "--learning-rate",
         "1e-3",
-        "--cache-dir",
-        tmp_path / "cache",
-        "--deepspeed_config",
-        zero_on_cpu(tmp_path, 2, bf16=True),
-        *TINY_ARGS,
+        *config,
         launcher=MPIRUN,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
     assert "bf16, zero stage 2" in r.stdout
     assert r.stdout.count("step 10/10 loss") == 1, r.stdout  # the log lines are rank 0's alone
@@ -386,27 +333,10 @@ def test_monitors_write_loss_lr_and_throughput(tiny_model, sample_train, tmp_pat
     cfg["tensorboard"] = {"enabled": True, "output_path": str(tmp_path / "tb"), "job_name": "tiny"}
     (tmp_path / "monitored.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    r = run_bert_squad(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--no-eval",
-        "--output-dir",
-        out,
-        "--max-steps",
-        6,
-        "--learning-rate",
-        "1e-3",
-        "--cache-dir",
-        tmp_path / "cache",
-        "--deepspeed_config",
-        tmp_path / "monitored.json",
-        *TINY_ARGS[:-1],
-        "2",
-        *warmup_args,
+    steps = ["--max-steps", 6, "--learning-rate", "1e-3", "--log-every", 2, *warmup_args]
+    r = tiny_run(
+        tiny_model, sample_train, tmp_path, "--no-eval", "--deepspeed_config", tmp_path / "monitored.json", *steps
     )
-    assert r.returncode == 0, r.stderr[-3000:]
     scheduled = json.loads((out / "train_metrics.json").read_text())["deepspeed_config"]["scheduler"]["params"]
     assert (scheduled["warmup_num_steps"], scheduled["total_num_steps"]) == (warmup_steps, 6)
 
@@ -458,28 +388,12 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     para = dev["data"][0]["paragraphs"][0]
     dev["data"][0]["paragraphs"] = [dict(para, qas=para["qas"][:2])]  # one eval batch (< 64 features), two ranks
     (tmp_path / "dev.json").write_text(json.dumps(dev))
-    common = [
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--eval-file",
-        tmp_path / "dev.json",
-        "--max-steps",
-        4,
-        "--learning-rate",
-        "1e-3",
-        "--cache-dir",
-        tmp_path / "cache",
-        "--dist-timeout",
-        60,
-        "--deepspeed_config",
-        zero3,
-        *TINY_ARGS,
-    ]
+    common = ["--eval-file", tmp_path / "dev.json", "--max-steps", 4, "--learning-rate", "1e-3", "--dist-timeout", 60]
+    common += ["--deepspeed_config", zero3]
     out = tmp_path / "out"
-    r = run_bert_squad(*common, "--output-dir", out, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = tiny_run(
+        tiny_model, sample_train, tmp_path, *common, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN
+    )
     assert "fp32, zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
 
     exported, initial = load_file(str(out / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
@@ -489,24 +403,22 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     assert exported["qa_outputs.weight"].shape == (2, 32)
     AutoModelForQuestionAnswering.from_pretrained(str(out))
     again = run_bert_squad(
-        "evaluate",
-        "--model-dir",
-        out,
-        "--eval-file",
-        tmp_path / "dev.json",
-        "--output-dir",
-        tmp_path / "eval",
-        "--cache-dir",
-        tmp_path / "cache",
-        *TINY_ARGS[:-2],
+        *inference_args("evaluate", out, tmp_path / "dev.json", tmp_path / "eval", cache=tmp_path / "cache")
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert (tmp_path / "eval" / "predictions.json").read_text() == (out / "predictions.json").read_text()
 
     resumed = tmp_path / "resumed"
-    r = run_bert_squad(
-        *common, "--output-dir", resumed, "--resume", out / "checkpoints" / "step00000002", launcher=MPIRUN
+    r = tiny_run(
+        tiny_model,
+        sample_train,
+        tmp_path,
+        *common,
+        "--resume",
+        out / "checkpoints" / "step00000002",
+        out=resumed,
+        launcher=MPIRUN,
     )
-    assert r.returncode == 0 and "at step 2" in r.stdout, r.stderr[-3000:]
+    assert "at step 2" in r.stdout, r.stdout[-3000:]
     weights = load_file(str(resumed / "model.safetensors"))
     assert weights.keys() == exported.keys() and all(weights[k].equal(exported[k]) for k in weights)

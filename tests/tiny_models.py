@@ -47,6 +47,17 @@ OTHER_LANGUAGES = [
     "एडा नोवाक का जन्म 1834 में लुगानो में हुआ था और उन्होंने विश्वविद्यालय में भौतिकी पढ़ी।",
 ]
 VOCAB_SIZE = 1000
+# The special tokens of BERT's vocabularies and of RoBERTa's, as their tokenizer classes take them.
+BERT_SPECIALS = dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+ROBERTA_SPECIALS = dict(
+    bos_token="<s>",
+    eos_token="</s>",
+    unk_token="<unk>",
+    sep_token="</s>",
+    cls_token="<s>",
+    pad_token="<pad>",
+    mask_token="<mask>",
+)
 HIDDEN, LAYERS, HEADS = 32, 2, 2
 
 
@@ -66,7 +77,7 @@ def sample_texts():
 
 
 def _wordpiece(texts):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -74,11 +85,19 @@ def _wordpiece(texts):
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials))
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    tok.post_processor = _bert_pair(tok)
+    return tok, BERT_SPECIALS
+
+
+def _bert_pair(tok, type_ids=True):
+    """BERT's template, [CLS] A [SEP] B [SEP]; the second sequence's tokens typed 1 unless `type_ids` is off."""
+    from tokenizers import processors
+
+    second = "$B:1 [SEP]:1" if type_ids else "$B [SEP]"
+    specials = [("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))]
+    return processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair=f"[CLS] $A [SEP] {second}", special_tokens=specials
     )
-    return tok, dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
 
 
 def _byte_level_bpe(texts, specials, normalizer=None):
@@ -105,17 +124,7 @@ def _roberta(texts):
     tok.post_processor = processors.RobertaProcessing(  # (sep, cls) positional: tokenizers 0.23 has no keywords
         ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
     )
-    return tok, dict(
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        sep_token="</s>",
-        cls_token="<s>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        add_prefix_space=False,
-        trim_offsets=True,
-    )
+    return tok, dict(ROBERTA_SPECIALS, add_prefix_space=False, trim_offsets=True)
 
 
 def _modernbert(texts):
@@ -123,26 +132,16 @@ def _modernbert(texts):
 
     specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
     tok = _byte_level_bpe(texts, specials, normalizers.NFC())
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     # ByteLevel trims the leading space off each token's offsets (TemplateProcessing does not). After the
     # template it would lose the sequence ids; before it, as here, the first token of each overflow window
     # keeps its space (tokenizers 0.22/0.23), so code that labels spans must not rely on trimmed offsets.
     tok.post_processor = processors.Sequence(
         [
             processors.ByteLevel(trim_offsets=True),
-            processors.TemplateProcessing(
-                single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-            ),
+            _bert_pair(tok, type_ids=False),
         ]
     )
-    return tok, dict(
-        unk_token="[UNK]",
-        sep_token="[SEP]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        mask_token="[MASK]",
-        model_input_names=["input_ids", "attention_mask"],
-    )
+    return tok, dict(BERT_SPECIALS, model_input_names=["input_ids", "attention_mask"])
 
 
 def _eurobert(texts: list) -> tuple:
@@ -184,22 +183,10 @@ def _unigram(texts, specials, unk):
 
 
 def _deberta_v3(texts):
-    from tokenizers import processors
 
     tok = _unigram(texts, ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"], "[UNK]")
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-    )
-    return tok, dict(
-        unk_token="[UNK]",
-        sep_token="[SEP]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        mask_token="[MASK]",
-        do_lower_case=False,
-        split_by_punct=False,
-    )
+    tok.post_processor = _bert_pair(tok)
+    return tok, dict(BERT_SPECIALS, do_lower_case=False, split_by_punct=False)
 
 
 def _xlm_roberta(texts):
@@ -211,15 +198,7 @@ def _xlm_roberta(texts):
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
     )
-    return tok, dict(
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        sep_token="</s>",
-        cls_token="<s>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-    )
+    return tok, ROBERTA_SPECIALS
 
 
 # family -> (tokenizer builder, transformers tokenizer class, model config class, QA model class)

@@ -1,0 +1,66 @@
+"""`make test`'s sessions (tests/lines.py, run side by side by tests/run.sh) together run every test of the suite
+once: each marker setup.cfg declares has its place, and pytest's own collection of each session's arguments,
+as tests/run.sh passes them, splits the suite with nothing left over and nothing twice."""
+
+import json
+import sys
+
+import lines
+import pytest
+from helpers import run_in_checkout
+
+
+def test_every_declared_marker_is_a_sessions_or_says_what_a_test_is():
+    """A new marker in setup.cfg fails here, named, until tests/lines.py gives it a session or ANYWHERE."""
+    placed = [m for markers in lines.SESSIONS.values() for m in markers] + list(lines.ANYWHERE)
+    assert sorted(placed) == sorted(set(placed)), "a marker placed twice in tests/lines.py"
+    assert set(lines.declared()) == set(placed), (
+        f"declared in setup.cfg, not placed: {set(lines.declared()) - set(placed)}; "
+        f"placed, not declared: {set(placed) - set(lines.declared())}"
+    )
+
+
+def test_the_expressions_claim_in_the_sessions_order():
+    assert lines.expression("multinode") == "(multinode) and not (transformers4)"
+    assert lines.expression("single-node") == "(slurm or container) and not (transformers4 or multinode or bench)"
+    assert lines.expression(lines.REST) == "not (transformers4 or multinode or bench or slurm or container or heavy)"
+    assert lines.arguments("compat")[:2] == ["-m", "compat or (transformers4)"]
+
+
+# Collects what each session's arguments select, by pytest's own collection, in one process (what the test files
+# import is imported once): {name: [exit code, node ids]} into the file argv[1].
+COLLECT = """
+import json, sys, pytest
+class Selected:
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+found = {}
+for name, args in json.loads(sys.argv[2]).items():
+    selected = Selected()
+    code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", *args], plugins=[selected])
+    found[name] = [int(code), selected.ids]
+open(sys.argv[1], "w").write(json.dumps(found))
+"""
+
+
+@pytest.mark.slow  # a pytest process collecting the suite nine times
+def test_the_sessions_collect_every_test_once(tmp_path):
+    """In the main venv every test is in one session of it, or is a transformers4 one that the compat session
+    (the compat venv) runs; that session's files hold every test marked compat or transformers4."""
+    mains = [name for name in [*lines.SESSIONS, lines.REST] if name != "compat"]
+    asked = {name: lines.arguments(name) for name in [*lines.SESSIONS, lines.REST]}
+    asked.update(whole=[], transformers4=["-m", "transformers4"], marked_compat=["-m", "compat"])
+    r = run_in_checkout(sys.executable, "-c", COLLECT, tmp_path / "found.json", json.dumps(asked), timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    found = json.loads((tmp_path / "found.json").read_text())
+    assert {name: code for name, (code, _) in found.items()} == dict.fromkeys(asked, 0), r.stdout[-3000:]
+    ids = {name: set(selected) for name, (_, selected) in found.items()}
+    assert all(len(set(selected)) == len(selected) for _, selected in found.values())
+    assert all(ids[name] for name in mains), {name: len(ids[name]) for name in mains}  # none selects nothing
+    sessions = [ids[name] for name in mains] + [ids["transformers4"]]
+    twice = {i for a in range(len(sessions)) for b in range(a) for i in sessions[a] & sessions[b]}
+    assert not twice, sorted(twice)[:20]
+    assert set().union(*sessions) == ids["whole"], sorted(ids["whole"] - set().union(*sessions))[:20]
+    assert ids["compat"] == ids["transformers4"] | ids["marked_compat"], sorted(
+        (ids["transformers4"] | ids["marked_compat"]) ^ ids["compat"]
+    )[:20]
