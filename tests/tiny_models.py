@@ -77,14 +77,18 @@ def sample_texts():
 
 
 def _wordpiece(texts):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    """Uncased WordPiece over the texts' own words, and their characters alone and as a word's continuation
+    (##c): built, not trained, so every build gives the same ids (the trainer breaks ties between equally
+    frequent merges in another order each run, and the tests' trajectories with them)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials))
+    normalizer, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words = sorted({w for text in texts for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text))})
+    chars = sorted({c for w in words for c in w})
+    tokens = dict.fromkeys([*specials, *chars, *(f"##{c}" for c in chars), *words])
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre, decoders.WordPiece()
     tok.post_processor = _bert_pair(tok)
     return tok, BERT_SPECIALS
 
