@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import tomllib
+import tomllib
 
 # Entry or table -> the TOML types the reference gives it (Python types of a parsed document).
 KEYS = {

@@ -17,12 +17,6 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import tomllib  # Python 3.11+
-except ModuleNotFoundError:  # 3.9 and 3.10: the same parser as a package (setup.cfg's test extra)
-    import tomli as tomllib  # noqa: F401
-
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

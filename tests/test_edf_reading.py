@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 from ce_srun import Refused, ch_run, expanded, load, problems, unpacked
-from helpers import tomllib
 
 # The environment the examples name: a user's, on a Daint node.
 HOST = {"USER": "amadonna", "SCRATCH": "/capstor/scratch/cscs/amadonna", "VAR_FROM_HOST": "nid001", "PATH": "/usr/bin"}

@@ -10,8 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
 from ce_srun import expanded, problems
-from helpers import PYTHON, ROOT, put_in_hub_cache, tomllib, train_args, window_args
+from helpers import PYTHON, ROOT, put_in_hub_cache, train_args, window_args
 from images import squash
 from slurm_jobs import finished, stored_script, submitting_env
 
