@@ -20,7 +20,8 @@ VENV=${VENV:-.venv}
 PY=$VENV/bin/python
 COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
 # One thread a process: the lines run several processes a core, and torch's default of a thread per core has
-# each process's threads spin on the others' (three copies of one training test side by side: 71 s with it, 61 s with one).
+# each process's threads spin on the others' (three copies of one training test side by side: 71 s with it,
+# 61 s with one thread each).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Which tests each session runs is tests/lines.py's: from the markers setup.cfg declares, each session's own,
 # none twice (tests/test_lines.py). `session_args NAME` prints a session's pytest arguments, one a line.
