@@ -53,8 +53,8 @@ def predict_logits(
     # Rank r runs batches r, r + W, ...: so every rank knows which features, in which order, each rank's
     # logits hold, and nothing but the logits needs to travel.
     shares = [np.array([f for b in batches[r::world] for f in b], dtype=np.int64) for r in range(world)]
-    mine = torch.from_numpy(_forward(module, features, device, pad_id, batches, rank, world, lengths))
     widths = [int(lengths[share].sum()) for share in shares]
+    mine = torch.from_numpy(_forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank]))
     parts = distributed.gather_padded_to_rank0(mine, widths, dist) if dist else [mine]
     if parts is None:
         return None
@@ -77,13 +77,14 @@ def _forward(
     rank: int,
     world: int,
     lengths: np.ndarray,
+    width: int,
 ) -> np.ndarray:
     """This rank's batches through the model: its features' start logits (row 0) and end logits (row 1),
-    each trimmed to the feature's length and laid end to end in the order they ran. Every rank runs the same
-    number of forward passes (see the module's docstring)."""
+    each trimmed to the feature's length and laid end to end in the order they ran (`width` in all). Every rank
+    runs the same number of forward passes (see the module's docstring)."""
     collate = Collator(pad_id, labels=False)
     inputs = features.select_columns(collate.columns(features))
-    mine = np.empty((2, sum(int(lengths[b].sum()) for b in batches[rank::world])), dtype=np.float32)
+    mine = np.empty((2, width), dtype=np.float32)
     at, was_training, rounds = 0, module.training, -(-len(batches) // world)
     module.eval()
     with torch.no_grad():
