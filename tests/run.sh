@@ -24,9 +24,12 @@ COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
 # 61 s with one thread each).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Which tests each session runs is tests/lines.py's: from the markers setup.cfg declares, each session's own,
-# none twice (tests/test_lines.py). `session_args NAME` prints a session's pytest arguments, one a line.
+# none twice (tests/test_lines.py). `session_args NAME` puts a session's pytest arguments into the array ARGS,
+# which the caller declares local.
 session_args() {
-    "$PY" tests/lines.py "$1"
+    local text
+    text=$("$PY" tests/lines.py "$1")
+    mapfile -t ARGS <<< "$text"
 }
 
 # Seconds, so it runs first: a lint failure ends the run before half an hour of tests.
@@ -42,20 +45,18 @@ fast() {
 }
 
 compat() {
-    local text args
-    text=$(session_args compat)
-    mapfile -t args <<< "$text"
-    .venv-compat/bin/python -m pytest -q -ra "${args[@]}"
+    local ARGS
+    session_args compat
+    .venv-compat/bin/python -m pytest -q -ra "${ARGS[@]}"
 }
 
 # A session of the main venv by its name in tests/lines.py: quiet, the ten slowest tests, the reasons of what did
 # not pass; a background one (any but the rest) without pytest's cache, which sessions side by side would share.
 session() {
-    local name=$1 text args cache=()
-    text=$(session_args "$name")
-    mapfile -t args <<< "$text"
+    local name=$1 ARGS cache=()
+    session_args "$name"
     [[ $name == rest ]] || cache=(-p no:cacheprovider)
-    "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${args[@]}"
+    "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${ARGS[@]}"
 }
 
 # The multinode cluster's tests, then the benchmarks' own (bench: CPU work, after the waits).
@@ -97,9 +98,10 @@ background() {
 # bench, the single-node Slurm and the containers then compat, the training-heavy files, and the rest in the
 # foreground. The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node
 # timeouts, KillWait), and one session of training tests keeps at most one core busy while its ranks start, load
-# and wait on each other: so the waits of two lines overlap the work of the others. The whole suite runs every tier: a test skipped for anything but this host's hardware (not root,
-# a Debian package or ../shared missing) fails it, naming why (tests/conftest.py), unless the person asks for
-# a partial run with BERT_SQUAD_REQUIRE_ALL=0 (CI runs every tier whatever it says).
+# and wait on each other: so the waits of two lines overlap the work of the others. The whole suite runs every
+# tier: a test skipped for anything but this host's hardware (not root, a Debian package or ../shared missing)
+# fails it, naming why (tests/conftest.py), unless the person asks for a partial run with
+# BERT_SQUAD_REQUIRE_ALL=0 (CI runs every tier whatever it says).
 whole_suite() {
     export BERT_SQUAD_REQUIRE_ALL=${BERT_SQUAD_REQUIRE_ALL:-1}
     lint
