@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from throughput import launcher
+
 ROOT = Path(__file__).resolve().parents[1]
 # The shipped configs, and the CPU form of the shipped ZeRO ones (bf16 where they have fp16).
 CONFIGS = {
@@ -44,12 +46,11 @@ def config_file(name, directory):
 def write_checkpoint(args, name, directory):
     """One optimizer step and its checkpoint; the checkpoint's directory."""
     out = Path(directory) / name
-    launcher = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)] if args.ranks > 1 else []
     model = ["--model", args.model, "--deepspeed-config", str(config_file(name, directory))]
     data = ["--train-file", args.train_file, "--output-dir", str(out), "--cache-dir", str(Path(directory) / "cache")]
     windows = ["--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24"]
     steps = ["--max-steps", "1", "--checkpoint-every", "1", "--no-eval"]
-    cmd = [*launcher, sys.executable, "-m", "bert_squad", *model, *data, *windows, *steps]
+    cmd = [*launcher(args.ranks), sys.executable, "-m", "bert_squad", *model, *data, *windows, *steps]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if run.returncode:
         sys.exit(f"checkpoint_costs: the {name} run failed:\n{run.stderr[-3000:]}")

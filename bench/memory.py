@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from throughput import minilm_dir, random_bert_base
+from throughput import launcher, minilm_dir, random_bert_base
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout this script is in, whatever the venv has installed
@@ -136,9 +136,8 @@ def pss_kib(pids: list[int], executable: str) -> int:
 
 def launch(ranks: int, argv: list[str], peaks: Path, interval: float) -> int:
     """Run bert-squad's `argv` on `ranks` ranks to its end; the node's peak summed Pss (KiB) while it ran."""
-    launcher = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []
     proc = subprocess.Popen(
-        [*launcher, sys.executable, __file__, AS_RANK, str(peaks), *argv],
+        [*launcher(ranks), sys.executable, __file__, AS_RANK, str(peaks), *argv],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

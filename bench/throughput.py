@@ -41,6 +41,12 @@ def minilm_dir():
     return os.path.join(os.path.dirname(spec.origin), "model")
 
 
+def launcher(ranks):
+    """The prefix that starts `ranks` ranks on this machine: mpirun (as root too, more ranks than cores
+    allowed) for more than one, nothing for one."""
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []
+
+
 def command(args, out, fixed, log_every=None):
     """One variant's training run: --steps optimizer steps, the last log line over the second half; the metrics
     but no model written (a benchmark needs no export or weight digests)."""
