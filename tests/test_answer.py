@@ -3,10 +3,9 @@ input is one line."""
 
 import json
 import os
-import subprocess
 
 import pytest
-from helpers import PYTHON, ROOT, inference_args, run_bert_squad, window_args
+from helpers import PYTHON, inference_args, run_bert_squad, run_in_checkout, window_args
 
 from bert_squad.answer import Answerer
 from bert_squad.config import PostprocessConfig, WindowConfig
@@ -18,13 +17,8 @@ WINDOWS = WindowConfig(max_seq_length=128, doc_stride=48)  # the sample's contex
 
 
 def run_answer(*args, timeout=300):
-    return subprocess.run(
-        [PYTHON, "-m", "bert_squad", "answer", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200"),
+    return run_in_checkout(
+        PYTHON, "-m", "bert_squad", "answer", *args, timeout=timeout, env=dict(os.environ, COLUMNS="200")
     )
 
 

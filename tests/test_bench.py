@@ -10,19 +10,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, ROOT, run_in_checkout
 
 pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
+def bench(script, *args, timeout=600):
+    """bench/`script` run with `args` to its end from the checkout, its output captured as text."""
+    return run_in_checkout(PYTHON, ROOT / "bench" / script, *args, timeout=timeout)
+
+
 def throughput(*args):
-    return subprocess.run(
-        [PYTHON, ROOT / "bench" / "throughput.py", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    return bench("throughput.py", *args)
 
 
 @pytest.mark.cpu
@@ -93,7 +92,7 @@ def test_random_bert_base_has_the_bert_base_shape(tiny_model, tmp_path):
 def test_scaling_model_table():
     """bench/scaling.py's step-time model: more nodes never give fewer samples/s while each GPU keeps its
     batch; accumulation amortises an exposed all-reduce; at a fixed global batch the knee comes."""
-    r = subprocess.run([PYTHON, ROOT / "bench" / "scaling.py", "--json"], capture_output=True, text=True, timeout=60)
+    r = bench("scaling.py", "--json", timeout=60)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     curves = {}
@@ -117,22 +116,7 @@ def test_scaling_model_table():
 
 def test_checkpoint_costs_end_in_json(tiny_model, tmp_path):
     """One ZeRO-2 checkpoint on one rank: its write and CRC seconds from the marker, its conversion."""
-    r = subprocess.run(
-        [
-            PYTHON,
-            ROOT / "bench" / "checkpoint_costs.py",
-            "--model",
-            tiny_model,
-            "--configs",
-            "zero2_bf16",
-            "--ranks",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    r = bench("checkpoint_costs.py", "--model", tiny_model, "--configs", "zero2_bf16", "--ranks", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
     assert row["config"] == "zero2_bf16" and row["checkpoint_mb"] > 0 and row["universal_mb"] > 0
@@ -153,13 +137,7 @@ def test_preprocessing_bench_compares_worker_counts_and_ends_in_json(tiny_model,
         "--max-seq-length",
         128,
     ]
-    r = subprocess.run(
-        [PYTHON, ROOT / "bench" / "preprocessing.py", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    r = bench("preprocessing.py", *argv)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["questions"] >= 1200 and set(result["questions_per_second"]) == {"1", "3"}
@@ -175,9 +153,7 @@ def test_memory_bench_gives_each_phase_a_row_per_rank_count(tiny_model, sample_t
     and one for the node, all positive."""
     argv = ["--train-file", sample_train, "--eval-file", sample_dev, "--model", tiny_model, "--max-steps", 1]
     argv += ["--train-questions", 1, "--eval-questions", 1, "--ranks", 1, 2]
-    r = subprocess.run(
-        [PYTHON, ROOT / "bench" / "memory.py", *map(str, argv)], capture_output=True, text=True, cwd=ROOT, timeout=900
-    )
+    r = bench("memory.py", *argv, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = json.loads(r.stdout.strip().splitlines()[-1])["rows"]
     assert [(row["phase"], row["ranks"]) for row in rows] == [("train", 1), ("train", 2), ("eval", 1), ("eval", 2)]
@@ -195,9 +171,7 @@ def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     project cannot resolve."""
     gpu_kit = bench_module("gpu_kit")
     kit = tmp_path / "gpu-kit"
-    r = subprocess.run(
-        [PYTHON, ROOT / "bench" / "gpu_kit.py", "--out", kit], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
+    r = bench("gpu_kit.py", "--out", kit)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     wheels = {w.name.split("-")[0]: w.name for w in kit.glob("*.whl")}
     assert {"bert_squad", "deepspeed", "datasets", "python_hostlist", "pydantic_core", "dill"} <= wheels.keys(), wheels
@@ -210,14 +184,13 @@ def test_gpu_kit_holds_what_the_gpu_host_lacks_and_resolves_there(tmp_path):
     assert "--no-index" in r.stdout and "resolves for CPython 3.12" in r.stdout
     assert "torch==2.11.0  (host)" in r.stdout and "pyarrow==25.0.1  (host)" in r.stdout
     assert "deepspeed==" in r.stdout and "pandas==3.0.6  (host)" in r.stdout
-    check = [PYTHON, ROOT / "bench" / "gpu_kit.py", "--check", kit]
     padding = kit / "tokenizer" / "padding.bin"
     padding.write_bytes(b"\0" * (gpu_kit.KIT_MAX_MIB * 2**20))  # past 16 MiB, far from the 64 of the runner
-    r = subprocess.run(check, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = bench("gpu_kit.py", "--check", kit)
     assert r.returncode != 0 and "within 16 MiB" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
     padding.unlink()
     (kit / wheels["datasets"]).unlink()
-    r = subprocess.run(check, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = bench("gpu_kit.py", "--check", kit)
     assert r.returncode != 0 and "the kit does not resolve for the host" in r.stderr and "datasets" in r.stderr
 
 
@@ -348,7 +321,6 @@ def assert_tiny_rows(rows):
 def test_the_trainer_peer_refuses_bad_input_in_one_line(tiny_model, sample_train, tmp_path):
     """bench/hf_trainer.py, the peer row's script: no model folder, a length with no room for context (the
     project's own check, as its rows get it), a missing data file: one line each, exit 1, no traceback."""
-    peer = [PYTHON, ROOT / "bench" / "hf_trainer.py", "--out", tmp_path / "out"]
     cases = {
         ("--model", tmp_path, "--train-file", sample_train): f"hf_trainer: {tmp_path} is no model folder",
         ("--model", tiny_model, "--train-file", sample_train, "--max-seq-length", 40): (
@@ -357,7 +329,7 @@ def test_the_trainer_peer_refuses_bad_input_in_one_line(tiny_model, sample_train
         ("--model", tiny_model, "--train-file", tmp_path / "none.json"): f"hf_trainer: {tmp_path / 'none.json'}",
     }
     for args, line in cases.items():
-        r = subprocess.run(list(map(str, [*peer, *args])), capture_output=True, text=True, cwd=ROOT, timeout=300)
+        r = bench("hf_trainer.py", "--out", tmp_path / "out", *args, timeout=300)
         assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(line), r.stderr[-2000:]
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
@@ -374,23 +346,7 @@ def test_gpu_check_stops_after_install_when_the_hosts_versions_fall_short(tmp_pa
     host.write_text(re.sub(r"^rich==\S+$", "rich==12.6.0", freeze, flags=re.M))
     assert "rich==12.6.0" in host.read_text()
     out = tmp_path / "out"
-    r = subprocess.run(
-        [
-            PYTHON,
-            ROOT / "bench" / "gpu_check.py",
-            "--out",
-            out,
-            "--kit",
-            project_wheel(tmp_path / "kit"),
-            "--tiny",
-            "--host-packages",
-            host,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    r = bench("gpu_check.py", "--out", out, "--kit", project_wheel(tmp_path / "kit"), "--tiny", "--host-packages", host)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     install = result["sections"].pop("install")
@@ -428,13 +384,7 @@ def test_the_shipped_steps_cost_the_host_what_a_plain_torch_step_does(tmp_path):
     structure (199 parameter tensors): ds_bf16 and ds_fp32 dispatch at most 10 % more ops than the hand-written
     torch step of their precision, and read from the device at most 3 times a step."""
     out = tmp_path / "rows.json"
-    r = subprocess.run(
-        [PYTHON, ROOT / "bench" / "step_cost.py", "ds_bf16", "ds_fp32", "--json", out],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=1200,
-    )
+    r = bench("step_cost.py", "ds_bf16", "ds_fp32", "--json", out, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {row["run"]: row for row in json.loads(out.read_text())}
     assert rows.keys() == {"plain torch, bf16", "plain torch, fp32", "ds_bf16", "ds_fp32"}
@@ -445,24 +395,8 @@ def test_the_shipped_steps_cost_the_host_what_a_plain_torch_step_does(tmp_path):
 
 @pytest.mark.cpu  # two ranks on one host: its CPU
 def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train):
-    r = subprocess.run(
-        [
-            PYTHON,
-            ROOT / "bench" / "stop_checks.py",
-            "--model",
-            tiny_model,
-            "--train-file",
-            sample_train,
-            "--signal-at-step",
-            "3",
-            "--max-seq-length",
-            "64",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-    )
+    args = ["--model", tiny_model, "--train-file", sample_train, "--signal-at-step", "3", "--max-seq-length", "64"]
+    r = bench("stop_checks.py", *args, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["steps"] > 3 and result["reduction_steps"][-1] == result["steps"]
@@ -476,10 +410,8 @@ def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(
     from tiny_models import build_tiny_model
 
     model = build_tiny_model("eurobert", tmp_path / "eurobert")
-    bench = [PYTHON, ROOT / "bench" / "long_context.py", "--model", model, "--steps", 1]
-    r = subprocess.run(
-        [*map(str, bench), "--lengths", "512", "8192"], capture_output=True, text=True, cwd=ROOT, timeout=900
-    )
+    long_context = ("long_context.py", "--model", model, "--steps", 1)
+    r = bench(*long_context, "--lengths", "512", "8192", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert [row["max_seq_length"] for row in result["rows"]] == [512, 8192] and result["device"] in ("cpu", "cuda")
@@ -489,7 +421,7 @@ def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(
         assert row["tokens_per_second"] == pytest.approx(row["features_per_second"] * row["max_seq_length"])
         assert row["peak_memory_gib"] >= row["memory_before_steps_gib"] > 0
     assert "length  features/s" in r.stdout and "Token indices sequence length" not in r.stderr
-    r = subprocess.run([*map(str, bench), "--lengths", "8193"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = bench(*long_context, "--lengths", "8193")
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
         f"long_context: --max-seq-length 8193: {model} takes at most 8192 tokens (its max_position_embeddings)"
     )

@@ -3,11 +3,10 @@ and one-line errors for a range or a model that cannot work."""
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT
+from helpers import PYTHON, run_in_checkout
 
 from bert_squad import metrics
 from bert_squad.inspect_answers import predicted_offsets
@@ -22,14 +21,7 @@ def run_show(*args):
         if SCRIPT.exists()
         else [PYTHON, "-c", "from bert_squad.cli import bert_squad_test; raise SystemExit(bert_squad_test())"]
     )
-    return subprocess.run(
-        [*cmd, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="300"),
-    )  # rich wraps at 80 columns otherwise
+    return run_in_checkout(*cmd, *args, timeout=300, env=dict(os.environ, COLUMNS="300"))  # rich wraps at 80 otherwise
 
 
 def questions(eval_file):

@@ -5,13 +5,12 @@ Python floor setup.cfg states is the one those pins need."""
 
 import configparser
 import re
-import subprocess
 import sys
 import sysconfig
 from importlib import metadata
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, run_in_checkout
 from packaging.specifiers import SpecifierSet
 
 pytestmark = pytest.mark.compat
@@ -72,16 +71,10 @@ def test_an_older_python_is_refused_in_one_line_before_any_install(tmp_path):
     """The Makefile's first step (tools/python_floor.py) against a floor above this Python: one line naming it
     and the file, exit 1; against setup.cfg's own floor, this Python passes."""
     (tmp_path / "setup.cfg").write_text("[options]\npython_requires = >=3.99\n")
-    refused = subprocess.run(
-        [sys.executable, "tools/python_floor.py", str(tmp_path / "setup.cfg")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = run_in_checkout(sys.executable, "tools/python_floor.py", tmp_path / "setup.cfg", timeout=60)
     have = "{}.{}".format(*sys.version_info[:2])
     assert refused.returncode == 1 and refused.stderr == (
         f"{sys.executable} is Python {have}; the pinned packages need 3.99 or later ({tmp_path}/setup.cfg: >=3.99)\n"
     )
-    assert subprocess.run([sys.executable, "tools/python_floor.py"], cwd=ROOT, timeout=60).returncode == 0
+    assert run_in_checkout(sys.executable, "tools/python_floor.py", timeout=60).returncode == 0
     assert "\t@python3 tools/python_floor.py" in (ROOT / "Makefile").read_text().split("\tpython3 -m venv")[0]

@@ -7,10 +7,17 @@ squad_metrics for v2.0 (marked `transformers4`: the compat environment runs thos
 
 import json
 import re
-import subprocess
 
 import pytest
-from helpers import PYTHON, ROOT, XQUAD_LANGS, random_predictions, sample_path, shared_squad, shared_xquad
+from helpers import (
+    PYTHON,
+    XQUAD_LANGS,
+    random_predictions,
+    run_in_checkout,
+    sample_path,
+    shared_squad,
+    shared_xquad,
+)
 from oracles import torchmetrics_v1, transformers_v2
 
 from bert_squad import metrics, score
@@ -18,9 +25,7 @@ from bert_squad.errors import UserError
 
 
 def run_score(*args):
-    return subprocess.run(
-        [PYTHON, "-m", "bert_squad", "score", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return run_in_checkout(PYTHON, "-m", "bert_squad", "score", *args, timeout=120)
 
 
 def write(path, obj):

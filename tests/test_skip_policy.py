@@ -5,11 +5,10 @@ host and on a GPU host alike: which tier the hardware skips follows helpers.gpu_
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, ROOT, gpu_count
+from helpers import PYTHON, gpu_count, run_in_checkout
 
 
 def path_without(programs, folder):
@@ -44,24 +43,8 @@ def test_without_mpirun_the_mpi_tests_fail_naming_it_and_a_hardware_skip_stays_a
         BERT_SQUAD_REQUIRE_ALL="1",
         PATH=path_without({"mpirun", "mpiexec", "orterun", "oshrun"}, tmp_path / "bin"),
     )
-    done = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "pytest",
-            "-q",
-            "-rfs",
-            "-p",
-            "no:cacheprovider",
-            "tests/test_distributed.py::test_ranks_leave_the_process_group_together",
-            skipped,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    pytest_run = [PYTHON, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", MPI_TEST, skipped]
+    done = run_in_checkout(*pytest_run, env=env, timeout=300)
     out = done.stdout
     assert done.returncode == 1, out[-3000:]
     # Skipped in its set-up, the mpi test is reported as an error there: the run fails all the same.
@@ -88,7 +71,7 @@ def suite_with(folder, require_all=None):
         PYTEST_ADDOPTS=f"{MPI_TEST} -k {MPI_TEST.split('::')[1]}",
         **({"BERT_SQUAD_REQUIRE_ALL": require_all} if require_all is not None else {}),
     )
-    done = subprocess.run(["tests/run.sh", "all"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = run_in_checkout("tests/run.sh", "all", env=env, timeout=900)
     return done.returncode, done.stdout + done.stderr
 
 
