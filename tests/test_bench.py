@@ -20,24 +20,15 @@ def bench(script, *args, timeout=600):
     return run_in_checkout(PYTHON, ROOT / "bench" / script, *args, timeout=timeout)
 
 
-def throughput(*args):
-    return bench("throughput.py", *args)
+def throughput(model, train_file, max_seq_length, cache_dir):
+    """bench/throughput.py's two 4-step runs of `model` at `max_seq_length` tokens."""
+    args = ["--model", model, "--train-file", train_file, "--max-seq-length", max_seq_length]
+    return bench("throughput.py", *args, "--steps", 4, "--cache-dir", cache_dir)
 
 
 @pytest.mark.cpu
 def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_train, tmp_path):
-    r = throughput(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--max-seq-length",
-        256,
-        "--steps",
-        4,
-        "--cache-dir",
-        tmp_path,
-    )
+    r = throughput(tiny_model, sample_train, 256, tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["samples_per_second"] > 0 and result["fixed_padding_samples_per_second"] > 0
@@ -49,18 +40,7 @@ def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_
 
 
 def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_train, tmp_path):
-    r = throughput(
-        "--model",
-        tiny_model,
-        "--train-file",
-        sample_train,
-        "--max-seq-length",
-        48,
-        "--steps",
-        4,
-        "--cache-dir",
-        tmp_path,
-    )
+    r = throughput(tiny_model, sample_train, 48, tmp_path)
     assert r.returncode != 0
     assert (
         "--max-seq-length 48 leaves no room for context" in r.stderr
