@@ -187,7 +187,6 @@ def _unigram(texts, specials, unk):
 
 
 def _deberta_v3(texts):
-
     tok = _unigram(texts, ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"], "[UNK]")
     tok.post_processor = _bert_pair(tok)
     return tok, dict(BERT_SPECIALS, do_lower_case=False, split_by_punct=False)
