@@ -59,25 +59,22 @@ TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermed
 FILES = {"json": "gpu_check.json", "table": "gpu_check.md", "log": "gpu_check.log"}
 PEER = "hf-trainer"  # Hugging Face's Trainer as run_qa.py sets it up (bench/hf_trainer.py): in every call
 # Seconds each section takes on one H100, start-up included: whether it still fits in what is left decides if it
-# starts. From what each took in the call of 2026-11-26 (../shared/gpu/README.md beside the checkout, "What each
-# section took there"), before the configs' step changed. The peer: run_qa.py's 400 steps took 16 s there after
-# about 30 s of start-up. The gpu tier: its 4 tests took 63 s though each died before its first step; about 90
-# with their few steps, evaluation and export. Not measured there: --compile (the fixed row's 49 s and about 150
-# s of inductor's compile of BERT-base's forward and backward) and --tf32 (ds_fp32's). 783 s in all: by these,
-# --compile and ds_zero3 do not fit in BUDGET_S after the rest, and wait for a second call (--only).
+# starts. From what each took in the three calls of 2026-11-27 with the shipped configs
+# (docs/measurements/h100-2026-11-27/); the peer's includes building the two random models before it. 672 s in
+# all: by these a first call runs everything up to ds_fp32, and a second, `--only ds_fp32-tf32 ds_zero3`, the rest.
 ESTIMATE_S = {
     "install": 15,
-    PEER: 50,
-    "ds_bf16": 64,
-    "ds_bf16-fixed": 49,
-    "gpu-tests": 90,
-    "correctness": 37,
-    "ds_fp16": 51,
+    PEER: 58,
+    "ds_bf16": 51,
+    "ds_bf16-fixed": 44,
+    "gpu-tests": 116,
+    "correctness": 41,
+    "ds_fp16": 42,
     "ds_zero2": 53,
-    "compile": 200,
-    "ds_fp32": 38,
-    "ds_fp32-tf32": 38,
-    "ds_zero3": 98,
+    "compile": 82,
+    "ds_fp32": 37,
+    "ds_fp32-tf32": 36,
+    "ds_zero3": 109,
 }
 # Per mode: the measured model's shape (BertConfig fields), the correctness model's, tokens per window, steps
 # of the peer and the two goal rows and of the others, the log interval (a window), the correctness run's
