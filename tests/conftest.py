@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 
+import preloaded
 import pytest
 from helpers import HARDWARE_CAUSE, gpu_count, sample_path, skip_for_hardware
 
@@ -56,6 +57,11 @@ def pytest_configure(config):
 
     runtime.prepare()
     import deepspeed  # noqa: F401
+
+
+def pytest_sessionstart(session):
+    """The session's environment as pytest_configure set it up: what forked CLI runs start from (preloaded.py)."""
+    preloaded.session_started()
 
 
 def _interrupt(signum, frame):

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import preloaded
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,14 +151,18 @@ class Started:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.cmd, self.stdout_file, self.stderr_file = list(map(str, cmd)), folder / "stdout", folder / "stderr"
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         with open(self.stdout_file, "wb") as out, open(self.stderr_file, "wb") as err:
+            if preloaded.can_fork(self.cmd, env, cwd):
+                self.proc = preloaded.start(self.cmd[3:], env, self.stdout_file, self.stderr_file)
+                return
             self.proc = subprocess.Popen(
                 self.cmd,
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
                 cwd=cwd,
-                env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+                env=env,
                 start_new_session=True,
             )
 
@@ -199,10 +204,9 @@ class Started:
 
     def kill(self):
         """SIGKILL to the whole group (a launcher's ranks too), then reap the leader."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for send in (os.killpg, os.kill):  # the group, and its leader if a fork has not made its group yet
+            with contextlib.suppress(ProcessLookupError):
+                send(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=60)
 
 

@@ -2,10 +2,9 @@
 input is one line."""
 
 import json
-import os
 
 import pytest
-from helpers import PYTHON, inference_args, run_bert_squad, run_in_checkout, window_args
+from helpers import inference_args, run_bert_squad, window_args
 
 from bert_squad.answer import Answerer
 from bert_squad.config import PostprocessConfig, WindowConfig
@@ -17,9 +16,7 @@ WINDOWS = WindowConfig(max_seq_length=128, doc_stride=48)  # the sample's contex
 
 
 def run_answer(*args, timeout=300):
-    return run_in_checkout(
-        PYTHON, "-m", "bert_squad", "answer", *args, timeout=timeout, env=dict(os.environ, COLUMNS="200")
-    )
+    return run_bert_squad("answer", *args, timeout=timeout, env={"COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ import re
 
 import pytest
 from helpers import (
-    PYTHON,
     XQUAD_LANGS,
     random_predictions,
-    run_in_checkout,
+    run_bert_squad,
     sample_path,
     shared_squad,
     shared_xquad,
@@ -25,7 +24,7 @@ from bert_squad.errors import UserError
 
 
 def run_score(*args):
-    return run_in_checkout(PYTHON, "-m", "bert_squad", "score", *args, timeout=120)
+    return run_bert_squad("score", *args, timeout=120)
 
 
 def write(path, obj):
