@@ -11,6 +11,7 @@ scope: `distributed.process_group` exports the rank variables DeepSpeed reads wh
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -37,6 +38,7 @@ def _not_noise(record: logging.LogRecord) -> bool:
 def prepare(*, offline: bool = True, deepspeed: bool = False, debug: bool = False) -> None:
     """Set up this process for a command: network (none when `offline`), library verbosity and progress
     bars, warning filters, and DeepSpeed's state when the command starts `deepspeed`."""
+    _one_write_a_line()
     os.environ.update(dict.fromkeys(OFFLINE_VARS, "1" if offline else "0"))
     _network_for_loaded_libraries(offline)
     if not offline:  # a login node's hub that does not answer is one line after seconds, not a hang
@@ -53,6 +55,17 @@ def prepare(*, offline: bool = True, deepspeed: bool = False, debug: bool = Fals
     logging.getLogger("DeepSpeed").addFilter(_not_noise)  # the logger DeepSpeed creates at import, filter kept
     if deepspeed:
         _prepare_deepspeed(debug)
+
+
+def _one_write_a_line() -> None:
+    """Every line the process prints reaches its stdout or stderr in one write. The ranks of a job share one
+    log (the launcher's output, a Slurm file), and an unbuffered stream (PYTHONUNBUFFERED=1, which the job
+    scripts set for live logs) writes a print's text and its newline apart: four ranks printing at once left
+    hundreds of their 12,000 lines run into each other. A line-buffered stream writes each line whole. Only
+    the interpreter's own streams: a program that replaced them (pytest, a notebook) keeps its own."""
+    for own, current in ((sys.__stdout__, sys.stdout), (sys.__stderr__, sys.stderr)):
+        if current is own and isinstance(own, io.TextIOWrapper):
+            own.reconfigure(line_buffering=True, write_through=False)
 
 
 def _network_for_loaded_libraries(offline: bool) -> None:
