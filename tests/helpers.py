@@ -321,6 +321,15 @@ def ranks_by_hand(cmd, folder, ranks=2, env_of=rank_env):
         ]
 
 
+def run_ranks_by_hand(*args, folder, ranks=2, timeout=600):
+    """`python -m bert_squad *args` on `ranks` ranks started by hand (`ranks_by_hand`), run to their end: the
+    first non-zero exit code of the ranks (else 0), rank 0's stdout, and every rank's stderr."""
+    with ranks_by_hand([PYTHON, "-m", "bert_squad", *map(str, args)], folder, ranks) as started:
+        codes = [rank.wait(timeout) for rank in started]
+        stderr = "".join(rank.stderr for rank in started)
+        return subprocess.CompletedProcess(started[0].cmd, next(filter(None, codes), 0), started[0].stdout, stderr)
+
+
 def assert_same_weights(a, b):
     """Two saved models (directories with model.safetensors) hold the same tensors, bit for bit."""
     import torch  # heavy: only the tests that train import it

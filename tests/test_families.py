@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers import MPIRUN, PYTHON, assert_same_weights, decode_spans, inference_args, run_bert_squad, train_args
+from helpers import (
+    PYTHON,
+    assert_same_weights,
+    decode_spans,
+    inference_args,
+    run_bert_squad,
+    run_ranks_by_hand,
+    train_args,
+)
 from packaging.version import Version
 from tiny_models import FAMILIES, HIDDEN, LAYERS, LONG
 
@@ -119,12 +127,11 @@ def test_sample_labels_map_back_to_answers(family_model, sample_train, win):
 WINDOW = ["--max-seq-length", 96]  # the other window options as the CLI's defaults
 
 
-@pytest.mark.mpi
 def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_train, sample_dev, tmp_path):
-    """Two ranks (mpirun), a few steps: training, FLOPs and MFU from the family's model, distributed
-    evaluation, the export, and `predict` from it answering as the evaluation did; a run resumed from the
-    step-2 checkpoint ends with the same weights on every rank and as the uninterrupted run, and it answers
-    questions."""
+    """Two ranks (started by hand as a launcher starts them: mpirun's own tests are test_train's), a few steps:
+    training, FLOPs and MFU from the family's model, distributed evaluation, the export, and `predict` from it
+    answering as the evaluation did; a run resumed from the step-2 checkpoint ends with the same weights on
+    every rank and as the uninterrupted run, and it answers questions."""
     from bert_squad.checkpoint import checkpoint_root
     from bert_squad.perf import flops_per_sample, model_shape
 
@@ -133,9 +140,8 @@ def test_two_ranks_train_evaluate_export_resume_and_answer(family_model, sample_
 
     def run(out, *extra):
         steps = ["--max-steps", 4, "--learning-rate", "1e-3", *extra]
-        return run_bert_squad(
-            *train_args(model_dir, sample_train, out, *steps, cache=tmp_path / "c", windows=WINDOW), launcher=MPIRUN
-        )
+        args = train_args(model_dir, sample_train, out, *steps, cache=tmp_path / "c", windows=WINDOW)
+        return run_ranks_by_hand(*args, folder=tmp_path / f"{out.name}-ranks")
 
     r = run(full, "--eval-file", sample_dev, "--checkpoint-every", 2, "--peak-tflops", "0.5")
     assert r.returncode == 0, f"{family}: {r.stderr[-3000:]}"
