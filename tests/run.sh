@@ -59,10 +59,10 @@ session() {
     "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${ARGS[@]}"
 }
 
-# The multinode cluster's tests, then the benchmarks' own (bench: CPU work, after the waits).
-multinode_then_bench() {
+# The training-heavy files, then the benchmarks' own: the two lines of CPU work beside the rest's.
+training_then_bench() {
     local rc=0
-    session multinode || rc=$?
+    session training || rc=$?
     echo "--- bench:"
     session bench || rc=$?
     return "$rc"
@@ -94,8 +94,8 @@ background() {
     { local rc=0; "$@" > "$VENV/test-$name.log" 2>&1 || rc=$?; echo "$rc" > "$VENV/test-$name.rc"; } &
 }
 
-# Four lines side by side, every session always run, any one failing fails the run: the multinode cluster then
-# bench, the single-node Slurm and the containers then compat, the training-heavy files, and the rest in the
+# Four lines side by side, every session always run, any one failing fails the run: the multinode cluster, the
+# single-node Slurm and the containers then compat, the training-heavy files then bench, and the rest in the
 # foreground. The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node
 # timeouts, KillWait), and one session of training tests keeps at most one core busy while its ranks start, load
 # and wait on each other: so the waits of two lines overlap the work of the others. The whole suite runs every
@@ -105,12 +105,12 @@ background() {
 whole_suite() {
     export BERT_SQUAD_REQUIRE_ALL=${BERT_SQUAD_REQUIRE_ALL:-1}
     lint
-    local lines=(multinode-bench single-node-compat training) rest=0 summary name
+    local lines=(multinode single-node-compat training-bench) rest=0 summary name
     echo "three lines run beside the rest (${lines[*]}); their output follows at the end (live: tail -f" \
          "$VENV/test-${lines[0]}.log and the like)"
-    background "${lines[0]}" multinode_then_bench
+    background "${lines[0]}" session multinode
     background "${lines[1]}" single_node_then_compat
-    background "${lines[2]}" session training
+    background "${lines[2]}" training_then_bench
     session rest || rest=$?
     wait
     summary="rest: exit $rest"
