@@ -1,6 +1,7 @@
 """The CLI runs that the tests fork from a preloaded server (tests/preloaded.py), against the fresh interpreters
 they stand for: which runs are forked, and that a forked run prints, exits and trains as a fresh one."""
 
+import os
 import subprocess
 
 import preloaded
@@ -11,18 +12,25 @@ CLI = [PYTHON, "-m", "bert_squad"]
 
 
 def test_only_runs_a_fresh_interpreter_would_start_alike_are_forked(tmp_path):
+    # No test before this one in its session left a variable changed that a library reads at import (every later
+    # run would start fresh): here, late in its session, a run with this process's environment still forks.
+    assert not preloaded.read_at_import_differ(dict(os.environ, PYTHONUNBUFFERED="1"))
     session = dict(preloaded.SESSION_ENV)
     assert preloaded.can_fork([*CLI, "--help"], session, ROOT)
     # A rank's variables are read when the command runs.
     assert preloaded.can_fork([*CLI, "evaluate"], {**session, "RANK": "1", "MASTER_PORT": "29999"}, ROOT)
     # `-m` would import a bert_squad from the working directory first.
     assert not preloaded.can_fork([*CLI, "--help"], session, tmp_path)
-    # The Hugging Face libraries read these at import: the forkserver imported them with the session's.
+    # The Hugging Face libraries read HF_HOME at import, the interpreter PYTHONUNBUFFERED as it starts: the
+    # forkserver started and imported them with the session's.
     assert not preloaded.can_fork([*CLI, "--help"], {**session, "HF_HOME": str(tmp_path)}, ROOT)
-    assert not preloaded.can_fork([*CLI, "--help"], {k: v for k, v in session.items() if k != "HF_HUB_OFFLINE"}, ROOT)
+    unbuffered = {k: v for k, v in session.items() if k != "PYTHONUNBUFFERED"}
+    assert not preloaded.can_fork([*CLI, "--help"], unbuffered, ROOT)
     # The one command that goes online, by its word and its alias.
     assert not preloaded.can_fork([*CLI, "download", "--model", "bert-base-uncased"], session, ROOT)
     assert not preloaded.can_fork([*CLI, "--download-only"], session, ROOT)
+    # The tap scripts run the CLI with a hook; other scripts start fresh.
+    assert preloaded.can_fork([PYTHON, str(ROOT / "tests" / "state_tap.py"), str(tmp_path)], session, ROOT)
     assert not preloaded.can_fork([PYTHON, "bench/throughput.py"], session, ROOT)
 
 
