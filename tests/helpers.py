@@ -154,7 +154,7 @@ class Started:
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         with open(self.stdout_file, "wb") as out, open(self.stderr_file, "wb") as err:
             if preloaded.can_fork(self.cmd, env, cwd):
-                self.proc = preloaded.start(self.cmd[3:], env, self.stdout_file, self.stderr_file)
+                self.proc = preloaded.start(self.cmd[1:], env, self.stdout_file, self.stderr_file)
                 return
             self.proc = subprocess.Popen(
                 self.cmd,
@@ -217,12 +217,17 @@ def run_in_checkout(*cmd, timeout=600, **kwargs):
 
 def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
     """Run the real CLI (optionally under a launcher such as mpirun) to its end; its group is killed after."""
+    return run_python("-m", "bert_squad", *args, launcher=launcher, env=env, timeout=timeout, cwd=cwd)
+
+
+def run_python(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
+    """`python *args` (optionally under a launcher such as mpirun) to its end; its group is killed after."""
     import tempfile
 
     env = {**launcher_env(launcher), **(env or {})}
     with (
         tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder,
-        Started([*launcher, PYTHON, "-m", "bert_squad", *args], folder, env=env, cwd=cwd) as proc,
+        Started([*launcher, PYTHON, *map(str, args)], folder, env=env, cwd=cwd) as proc,
     ):
         code = proc.wait(timeout)
         return subprocess.CompletedProcess(proc.cmd, code, proc.stdout, proc.stderr)

@@ -28,6 +28,7 @@ from helpers import (
     inference_args,
     rank_env,
     run_bert_squad,
+    run_python,
     train_args,
     zero_on_cpu,
 )
@@ -52,11 +53,7 @@ def ds_config(name, directory):
 def tapped(dumps, *args, ranks=1):
     """A training run through the state tap, on `ranks` ranks (mpirun for 2, on a free port: the default
     one may be another test session's)."""
-    cmd = [*(MPIRUN if ranks == 2 else ()), PYTHON, str(TAP), str(dumps), *map(str, args)]
-    port = {"MASTER_PORT": str(free_port())} if ranks == 2 else {}
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1", **port)
-    )
+    return run_python(TAP, dumps, *args, launcher=MPIRUN if ranks == 2 else ())
 
 
 def resume_args(model, train, out, config):
