@@ -227,7 +227,7 @@ def run_python(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
     env = {**launcher_env(launcher), **(env or {})}
     with (
         tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder,
-        Started([*launcher, PYTHON, *map(str, args)], folder, env=env, cwd=cwd) as proc,
+        Started([*launcher, PYTHON, *args], folder, env=env, cwd=cwd) as proc,
     ):
         code = proc.wait(timeout)
         return subprocess.CompletedProcess(proc.cmd, code, proc.stdout, proc.stderr)
@@ -329,7 +329,7 @@ def ranks_by_hand(cmd, folder, ranks=2, env_of=rank_env):
 def run_ranks_by_hand(*args, folder, ranks=2, timeout=600):
     """`python -m bert_squad *args` on `ranks` ranks started by hand (`ranks_by_hand`), run to their end: the
     first non-zero exit code of the ranks (else 0), rank 0's stdout, and every rank's stderr."""
-    with ranks_by_hand([PYTHON, "-m", "bert_squad", *map(str, args)], folder, ranks) as started:
+    with ranks_by_hand([PYTHON, "-m", "bert_squad", *args], folder, ranks) as started:
         codes = [rank.wait(timeout) for rank in started]
         stderr = "".join(rank.stderr for rank in started)
         return subprocess.CompletedProcess(started[0].cmd, next(filter(None, codes), 0), started[0].stdout, stderr)
