@@ -186,6 +186,15 @@ class TrainConfig:
         "with --eval-every: end the run after N evaluations without a better dev F1, keeping the best model (0: never)",
     )
     log_every: int = option(20, "log a line every N optimizer steps")
+    dropout: Optional[float] = option(
+        None,
+        "dropout rate of the hidden states: every dropout in the model's config but attention's (default: its own)",
+    )
+    attention_dropout: Optional[float] = option(
+        None,
+        "dropout rate of the attention probabilities (default: the model's own); 0 keeps SDPA's fused CPU kernel, "
+        "which a nonzero rate leaves for the unfused one (docs/performance.md)",
+    )
 
     @property
     def keeps_best(self) -> bool:
@@ -199,6 +208,7 @@ class TrainConfig:
             flag = "--keep-best" if self.keep_best else "--early-stopping"
             raise UserError(f"{flag} needs --eval-every N: the best step is chosen among the evaluated ones")
         _within(self, ["warmup_ratio"], "a fraction from 0 to 1", low=0, high=1)
+        _within(self, ["dropout", "attention_dropout"], "a rate from 0 to 1", low=0, high=1)
         _within(self, ["seed"], "from 0 to 2**32 - 1", low=0, high=2**32 - 1)
         if self.epochs <= 0 and self.max_steps <= 0:
             raise UserError("nothing to train: give --epochs or --max-steps")

@@ -157,16 +157,21 @@ class _Sections:
     def zero_stage(self) -> int:
         return zero_stage(self.values)
 
+    @property
+    def precision_path(self) -> str:
+        return precision_path(self.values)
+
 
 @dataclass(frozen=True)
 class DeepSpeedConfig(_Sections):
-    """The config the engine is built with, finished: what it holds cannot change."""
+    """The run's config, finished: what it holds cannot change. Written beside the run and given back as
+    --deepspeed-config, it trains the same run; `for_engine` is what DeepSpeed is handed."""
 
     path: Path  # the file it came from
     batch: Batch
     values: MappingProxyType  # the whole config, read-only
     # The gradient norm the training loop clips to itself, in one foreach call, before DeepSpeed's step (0: none,
-    # or DeepSpeed clips); `gradient_clipping` in `values` is 0 then. See `loop_clipping`.
+    # or DeepSpeed clips); the engine's copy has `gradient_clipping` 0 then. See `loop_clipping`.
     loop_clip: float = 0.0
 
     @property
@@ -174,8 +179,16 @@ class DeepSpeedConfig(_Sections):
         return self.values.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
 
     def as_dict(self) -> dict[str, Any]:
-        """A deep copy: for DeepSpeed, which may write into the dict it is given, and for the run's records."""
+        """A deep copy, for the run's records."""
         return copy.deepcopy(dict(self.values))
+
+    def for_engine(self) -> dict[str, Any]:
+        """What DeepSpeed is built with (a copy: it may write into the dict it is given): the run's config, with
+        DeepSpeed's own clipping off where the loop clips instead."""
+        cfg = self.as_dict()
+        if self.loop_clip:
+            cfg["gradient_clipping"] = 0.0
+        return cfg
 
     def text(self) -> str:
         return json.dumps(self.values, indent=2, default=dict)
@@ -216,10 +229,7 @@ class Settings(_Sections):
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
         if self.load_universal:
             cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
-        loop_clip = loop_clipping(cfg)
-        if loop_clip:
-            cfg["gradient_clipping"] = 0.0
-        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg), loop_clip)
+        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg), loop_clipping(cfg))
 
 
 def _positive_int(cfg: Mapping[str, Any], key: str, path: PathLike, default: Optional[int] = None) -> int:
@@ -274,8 +284,15 @@ def _check_values(cfg: Mapping[str, Any], path: PathLike, has_gpu: bool) -> None
     if stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: zero_optimization.stage must be 0..3, not {stage!r}")
     lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    if lr is not None and not (isinstance(lr, (int, float)) and 0 < lr < 1):
+    if lr is not None and not (_is_number(lr) and 0 < lr < 1):
         raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {lr!r}")
+    clip = cfg.get("gradient_clipping", 0.0)
+    if not (_is_number(clip) and math.isfinite(clip) and clip >= 0):  # the loop's clip_grad_norm_ takes any number
+        raise UserError(f"{path}: gradient_clipping must be a norm of 0 or more (0: no clipping), not {clip!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_monitors(cfg: Mapping[str, Any], path: PathLike) -> None:
@@ -308,6 +325,8 @@ def _check_with_deepspeed(cfg: Mapping[str, Any], path: PathLike) -> None:
 
 # What DeepSpeed's engine pops from an Adam optimizer's params before it builds the optimizer (engine.py).
 ADAM_ENGINE_KEYS = ("torch_adam", "adam_w_mode", "fp32_optimizer_states")
+# torch.optim's switches (true, false, or null for its default): a truthy string would pass as true.
+TORCH_SWITCHES = ("fused", "foreach", "amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
 
 
 def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
@@ -330,6 +349,9 @@ def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
     betas = params.get("betas", [0.9, 0.999])
     if not (isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas)):
         raise UserError(f"{path}: optimizer.params.betas must be two numbers such as [0.9, 0.999], not {betas!r}")
+    for key in ADAM_ENGINE_KEYS + TORCH_SWITCHES:  # a string such as "no" would be taken as true
+        if key in params and not isinstance(params[key], bool) and params[key] is not None:
+            raise UserError(f"{path}: optimizer.params.{key} must be true or false, not {params[key]!r}")
     if name.lower() in (ADAM_OPTIMIZER, ADAMW_OPTIMIZER):  # judged by torch's AdamW, which checks the same values
         cls, params = torch.optim.AdamW, {k: v for k, v in params.items() if k not in ADAM_ENGINE_KEYS}
         params.pop("bias_correction", None)  # DeepSpeed's fused and CPU Adam take it, torch's does not
@@ -339,9 +361,11 @@ def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
         return  # DeepSpeed's own kernels (LAMB, Lion, Muon, mup): built only with the engine
     else:
         cls = getattr(torch.optim, name)  # a torch.optim class: `known` says so
-    try:
-        cls([torch.nn.Parameter(torch.zeros(1))], **params)
-    except (TypeError, ValueError, IndexError, KeyError) as err:
+    try:  # built and stepped once: the fused and foreach kernels check their arguments' types only then
+        param = torch.nn.Parameter(torch.zeros(1))
+        param.grad = torch.zeros(1)
+        cls([param], **params).step()
+    except (TypeError, ValueError, IndexError, KeyError, RuntimeError) as err:
         raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {first_line(err)}") from None
 
 
@@ -431,6 +455,17 @@ def precision(cfg: Mapping[str, Any]) -> str:
 
         return DtypeEnum(autocast["dtype"]).name
     return "fp32"
+
+
+def precision_path(cfg: Mapping[str, Any]) -> str:
+    """How the model reaches its precision: DeepSpeed's 16-bit weights, stepped by its own optimizer wrapper, or
+    torch autocast over fp32 weights, stepped by the optimizer itself. The two save different optimizer states,
+    so a checkpoint of one does not resume in the other even where the precision's name is the same."""
+    if any(cfg.get(s, {}).get("enabled") for s in HALF_SECTIONS):
+        return f"{precision(cfg)} weights in DeepSpeed's 16-bit optimizer"
+    if cfg.get("torch_autocast", {}).get("enabled"):
+        return f"{precision(cfg)} autocast over fp32 weights"
+    return "fp32 weights"
 
 
 def loop_clipping(cfg: Mapping[str, Any]) -> float:

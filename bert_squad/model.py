@@ -108,17 +108,24 @@ def load_tokenizer(model_dir: PathLike) -> "PreTrainedTokenizerFast":
     return cast("PreTrainedTokenizerFast", tok)
 
 
-def load_qa_model(model_dir: PathLike, say: Optional[Callable[[str], None]] = None) -> "PreTrainedModel":
+def load_qa_model(
+    model_dir: PathLike,
+    say: Optional[Callable[[str], None]] = None,
+    dropout: Optional[float] = None,
+    attention_dropout: Optional[float] = None,
+) -> "PreTrainedModel":
     """A question-answering model in fp32 (DeepSpeed casts it to the run's precision and keeps fp32 master
     weights; a checkpoint saved in bf16 would otherwise train in bf16 under an fp32 config). An encoder
     checkpoint gets a new span head (that is fine-tuning): transformers' own where the family has one, the
     project's (`span_head.py`) where it has none. `say(line)` is told what the project's head left out of
-    the checkpoint (a masked-LM head).
+    the checkpoint (a masked-LM head). `dropout` and `attention_dropout` replace the config's rates
+    (`set_dropout`), so the export records what the model trained with.
 
     transformers picks SDPA attention by itself where the family has it (DeBERTa has not)."""
     from bert_squad import span_head  # imports transformers: not for the commands that load no model
 
     config = _config(model_dir)
+    set_dropout(config, model_dir, dropout, attention_dropout)
     qa_class = _qa_class(config, model_dir)
     with _quiet_loading():
         try:
@@ -153,6 +160,33 @@ def _config(model_dir: PathLike) -> "PretrainedConfig":
         return AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:
         raise UserError(f"{model_dir}: not a model directory ({first_line(err)})") from None
+
+
+def dropout_rates(config: "PretrainedConfig") -> dict[str, float]:
+    """The config's dropout rates by name: every numeric setting whose name says dropout. The families name
+    them their own way (BERT's hidden_dropout_prob and attention_probs_dropout_prob, DistilBERT's dropout,
+    attention_dropout and qa_dropout, ModernBERT's embedding_, mlp_ and attention_dropout); a name with
+    "attention" in it rates the attention probabilities, every other one a hidden state."""
+    return {
+        name: value
+        for name, value in config.to_dict().items()
+        if "dropout" in name and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def set_dropout(
+    config: "PretrainedConfig", model_dir: PathLike, hidden: Optional[float], attention: Optional[float]
+) -> None:
+    """Each given rate written over the config's settings of its kind (`dropout_rates`); a UserError where the
+    family has no setting of that kind, since the rate would silently change nothing."""
+    for rate, attn, flag in ((hidden, False, "--dropout"), (attention, True, "--attention-dropout")):
+        if rate is None:
+            continue
+        names = [name for name in dropout_rates(config) if ("attention" in name) == attn]
+        if not names:
+            raise UserError(f"{flag}: {model_dir} ({config.model_type}) has no such dropout in its config.json")
+        for name in names:
+            setattr(config, name, rate)
 
 
 def _qa_class(config: "PretrainedConfig", model_dir: PathLike) -> type[Any]:
@@ -219,6 +253,21 @@ def check_window(module: "PreTrainedModel", max_seq_length: int, name: PathLike)
     limit, source = max_tokens(module)
     if limit is not None and max_seq_length > limit:
         raise UserError(f"--max-seq-length {max_seq_length}: {name} takes at most {limit} tokens (its {source})")
+
+
+def check_micro_batch(module: "PreTrainedModel", micro: int, max_seq_length: int, memory: int, where: str) -> None:
+    """A UserError where one micro batch cannot fit the device (`memory` bytes) however the step computes: the
+    two hidden states a layer keeps for the backward, in fp32, are a lower bound of what a step holds."""
+    from bert_squad.perf import model_shape  # imports torch: not for the commands that load no model
+
+    _, layers, hidden = model_shape(module)
+    need = 2 * 4 * micro * max_seq_length * (hidden or 1) * (layers or 1)
+    if need > memory:
+        raise UserError(
+            f"{where}: train_micro_batch_size_per_gpu {micro} at --max-seq-length {max_seq_length} needs at least "
+            f"{need / 2**30:.1f} GiB for the activations alone, more than this device's {memory / 2**30:.1f} GiB; "
+            f"lower it (gradient_accumulation_steps keeps the global batch)"
+        )
 
 
 def max_tokens(module: "PreTrainedModel") -> tuple[Optional[int], Optional[str]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TRAIN_METRICS = "train_metrics.json"
-DEEPSPEED_CONFIG = "deepspeed_config.json"  # the exact config the engine was built with
+DEEPSPEED_CONFIG = "deepspeed_config.json"  # the run's finished config: given back, the same run
 EVAL_METRICS = "eval_metrics.json"
 PREDICTIONS = "predictions.json"
 NBEST = "nbest_predictions.json"

@@ -141,8 +141,12 @@ def check(cfg: config.RunConfig) -> Inputs:
     tokenizer = model.load_tokenizer(model_dir)
     check_tokenizer(tokenizer, train_examples.records[0], cfg.windows)
     transformers.set_seed(cfg.train.seed)  # the new span head starts the same in every run and on every rank
-    module = model.load_qa_model(model_dir, say=lambda line: report.log(dist, line))
+    module = model.load_qa_model(
+        model_dir, lambda line: report.log(dist, line), cfg.train.dropout, cfg.train.attention_dropout
+    )
     model.check_window(module, cfg.windows.max_seq_length, model_dir)
+    memory = get_accelerator().total_memory()
+    model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, str(ds_path))
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
     stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, cfg.windows, settings)
@@ -200,12 +204,12 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     torch.manual_seed(cfg.train.seed + dist.rank)
     started = time.perf_counter()
     work = plan_work(inputs)
-    if dist.is_main:  # the exact config the engine gets, beside the run's metrics
+    if dist.is_main:  # the run's config, beside its metrics: given back as --deepspeed-config, the same run
         write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
     groups = model.param_groups(inputs.module, work.ds_config.weight_decay)
     inputs.module.train()  # from_pretrained leaves a model in eval mode: dropout on, as the model was pretrained
     engine, _, _, _ = deepspeed.initialize(
-        model=inputs.module, config=work.ds_config.as_dict(), model_parameters=groups
+        model=inputs.module, config=work.ds_config.for_engine(), model_parameters=groups
     )
     if dist.world_size == 1 and work.ds_config.zero_stage == 0:
         # One rank has no gradient to average: DeepSpeed would still copy every one into a bucket and back.
@@ -279,6 +283,7 @@ def loop(run: Run) -> int:
     engine, progress, total, device = run.engine, run.progress, run.work.total_steps, run.device
     train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
     clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
+    scaler = engine.torch_autocast_z0_gradscaler  # fp16 autocast at ZeRO stage 0: torch's loss scaler
     stop_check = distributed.StopCheck(progress.step)
     with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):

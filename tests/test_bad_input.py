@@ -144,6 +144,8 @@ CASES = {
             ("--checkpoint-every", "-1"),
             ("--peak-tflops", "0"),
             ("--null-score-diff-threshold", "nan"),
+            ("--dropout", "1.5"),
+            ("--attention-dropout", "-0.1"),
         ]
     },
     "windows longer than the model": (
@@ -198,6 +200,35 @@ CASES = {
         ],
         r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'",
     ),
+    # Values DeepSpeed's engine took wrongly: a negative norm trained unclipped, a string switch read as true, a
+    # fused kernel's argument of the wrong type was a TypeError at the first step, a micro batch no machine holds
+    # was killed for memory; each after the output dir was made.
+    "a negative gradient norm": (
+        lambda w: ["--deepspeed_config", w("c.json", fp32_with(gradient_clipping=-1))],
+        r"c.json: gradient_clipping must be a norm of 0 or more \(0: no clipping\), not -1$",
+    ),
+    "a switch that is a string": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", with_section("optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": "no"}})),
+        ],
+        r"c.json: optimizer.params.torch_adam must be true or false, not 'no'$",
+    ),
+    "a fused kernel's argument of the wrong type": (
+        lambda w: [
+            "--deepspeed_config",
+            w(
+                "c.json",
+                with_section("optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "fused": True, "eps": [1e-8]}}),
+            ),
+        ],
+        r"c.json: optimizer.params are not what AdamW takes: ",
+    ),
+    "a micro batch no machine holds": (
+        lambda w: ["--deepspeed_config", w("c.json", fp32_with(train_micro_batch_size_per_gpu=10**9))],
+        r"c.json: train_micro_batch_size_per_gpu 1000000000 at --max-seq-length \d+ needs at least [\d.]+ GiB for "
+        r"the activations alone, more than this device's",
+    ),
     # Valid JSON that is not Unicode: a lone UTF-16 surrogate ("\ud800"), which no tokenizer takes (a TypeError
     # traceback, once). Repaired and counted unless --strict (test_text_no_tokenizer_takes_...); an id never.
     "a lone surrogate, --strict": (
@@ -222,9 +253,14 @@ CASES = {
 }
 
 
+def fp32_with(**values):
+    """The shipped fp32 config with top-level values replaced."""
+    return {**json.loads((CONFIG_DIR / "ds_fp32.json").read_text()), **values}
+
+
 def with_section(name, section):
     """The shipped fp32 config with one section replaced."""
-    return {**json.loads((CONFIG_DIR / "ds_fp32.json").read_text()), name: section}
+    return fp32_with(**{name: section})
 
 
 CPU_ONLY = ("fp16 on CPU",)  # on a GPU host fp16 trains (tests/test_gpu.py)

@@ -86,8 +86,9 @@ def test_precision_sections_that_cannot_run(sections, message):
 def test_each_shipped_config_takes_its_path(name, precision, stage, loop_clip):
     finished = settings(load_ds_config(CONFIG_DIR / f"{name}.json"), name, world_size=2, has_gpu=True).finish(10, 0.1)
     assert (finished.precision, finished.zero_stage, finished.loop_clip) == (precision, stage, loop_clip)
-    # one of the two clips, never both, at the config's norm
-    assert {finished.loop_clip, finished.values["gradient_clipping"]} == {0.0, 1.0}
+    # one of the two clips, never both, at the config's norm; the run's config keeps the norm it was given
+    assert {finished.loop_clip, finished.for_engine()["gradient_clipping"]} == {0.0, 1.0}
+    assert finished.values["gradient_clipping"] == 1.0
     assert finished.values["optimizer"]["params"]["fused"] is True  # torch's fused AdamW, on every device
 
 
