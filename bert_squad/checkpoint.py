@@ -71,6 +71,8 @@ class Layout:
     gradient_accumulation_steps: int | None = None
     zero_stage: int | None = None
     precision: str | None = None
+    precision_path: str | None = None  # dsconfig.precision_path: 16-bit weights, or autocast over fp32
+    optimizer: str | None = None  # the optimizer class the engine stepped, and its wrapper (recorded at save)
     sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
 
 
@@ -109,7 +111,9 @@ def stamp(
     vocab = sorted(tokenizer.get_vocab().items())
     fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
     b = settings.batch
-    written = Layout(b.world_size, b.size, b.accumulation, settings.zero_stage, settings.precision)
+    written = Layout(
+        b.world_size, b.size, b.accumulation, settings.zero_stage, settings.precision, settings.precision_path
+    )
     return Stamp(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer, written)
 
 
@@ -208,12 +212,20 @@ def write_marker(path: str | Path, record: dict[str, Any], files: dict[str, list
 # --- save -----------------------------------------------------------------------------------------
 
 
-def _mark_complete(path: Path, parts: list[Any], progress: Progress, stamp: Stamp) -> None:
+def optimizer_name(engine: Any) -> str:
+    """The optimizer class the engine steps, and the DeepSpeed wrapper around it where there is one."""
+    basic, built = engine.basic_optimizer, engine.optimizer
+    name = f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else "none"
+    return name if built is basic else f"{name} in {type(built).__name__}"
+
+
+def _mark_complete(path: Path, parts: list[Any], progress: Progress, stamp: Stamp, optimizer: str) -> None:
     """Rank 0's marker over every rank's (digests, write seconds, digest seconds): what the checkpoint holds,
     how it was written, and the slowest rank's times."""
     files = dict(sorted(kv for part, _, _ in parts for kv in part.items()))
     seconds = {"write": max(p[1] for p in parts), "digest": max(p[2] for p in parts)}
-    written = {k: v for k, v in asdict(stamp.layout).items() if k != "sharded"}  # sharded: by its files
+    layout = dataclasses.replace(stamp.layout, optimizer=optimizer)
+    written = {k: v for k, v in asdict(layout).items() if k != "sharded"}  # sharded: by its files
     about = {
         **asdict(progress),
         **written,
@@ -247,7 +259,11 @@ def save(
         os.replace(path, superseded)
     distributed.barrier()
     t0 = time.perf_counter()
-    engine.save_checkpoint(str(root), tag=tag, client_state={"progress": asdict(progress)}, save_latest=False)
+    client = {"progress": asdict(progress)}
+    scaler = engine.torch_autocast_z0_gradscaler  # fp16 autocast's loss scaler, which DeepSpeed does not save
+    if scaler is not None:
+        client["grad_scaler"] = scaler.state_dict()  # the scale and its growth tracker
+    engine.save_checkpoint(str(root), tag=tag, client_state=client, save_latest=False)
     torch.save(_rng_state(), path / f"rng_rank{dist.rank}.pt")
     if dist.is_main:
         stamp.config.save_pretrained(str(path / HF_DIR))
@@ -260,7 +276,7 @@ def save(
     parts = distributed.gather_to_rank0((mine, t1 - t0, time.perf_counter() - t1), dist)
     if dist.is_main:
         assert parts is not None  # rank 0 gathered them
-        _mark_complete(path, parts, progress, stamp)
+        _mark_complete(path, parts, progress, stamp, optimizer_name(engine))
         write_text_atomic(root / "latest", tag + "\n")
         shutil.rmtree(superseded, ignore_errors=True)
         prune(root, keep)
@@ -358,6 +374,11 @@ def load(engine: Any, found: Resumable, dist: DistEnv, source: tuple[Path, str] 
     the (directory, tag) DeepSpeed reads, where not the checkpoint itself (its universal conversion)."""
     path = found.path
     load_dir, tag = source or (path.parent, path.name)
+    if found.layout.optimizer not in (None, optimizer_name(engine)):
+        raise UserError(
+            f"{path}: written by the optimizer {found.layout.optimizer}, this run's engine steps "
+            f"{optimizer_name(engine)}; resume with the DeepSpeed config it was written with"
+        )
     hyper = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in engine.optimizer.param_groups]
     load_path, client = engine.load_checkpoint(str(load_dir), tag=tag)
     if load_path is None:
@@ -367,6 +388,9 @@ def load(engine: Any, found: Resumable, dist: DistEnv, source: tuple[Path, str] 
         # decay on biases and LayerNorm; stage3.py, load_hp_checkpoint_state_from_checkpoint_dir_stage3).
         for group, own in zip(engine.optimizer.param_groups, hyper):
             group.update(own)
+    scaler = engine.torch_autocast_z0_gradscaler
+    if scaler is not None:  # the marker's precision path says the checkpoint has it (`check_matches`)
+        scaler.load_state_dict(client["grad_scaler"])
     rng_file = path / f"rng_rank{dist.rank}.pt"
     if rng_file.exists():  # absent for ranks the checkpoint's world did not have
         _set_rng_state(torch.load(rng_file, weights_only=True))

@@ -79,10 +79,12 @@ def engine_facts(engine: Any) -> dict[str, Any]:
     }
 
 
-def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torch.device) -> str:
+def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torch.device, skipped: int = 0) -> str:
+    """A log step's line; `skipped`: the optimizer steps the loss scaler has skipped so far (said when any)."""
     mfu = f" mfu {rates['mfu']:.1%}" if rates["mfu"] is not None else ""
+    skips = f" skipped {skipped} (fp16 overflow)" if skipped else ""
     return (
-        f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e} {rates['samples_per_second']:.1f} "
+        f"step {step}/{total} loss {rates['loss']:.4f} lr {lr:.2e}{skips} {rates['samples_per_second']:.1f} "
         f"samples/s {rates['tokens_per_second']:.0f} tok/s {rates['tflops_per_device']:.2f} TFLOP/s/dev{mfu} "
         f"peak mem {perf.peak_memory_gib(device):.1f}GiB"
     )

@@ -63,6 +63,7 @@ def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision
             f"DeepSpeed config has stage {settings.zero_stage} in {settings.precision}; resume with "
             f"the config it was written with"
         )
+    _check_precision_path(found, settings)
     if layout.world_size is None or layout.world_size == batch.world_size:
         return Decision(found, AS_IS, settings)
     assert layout.train_batch_size is not None  # the marker records it with the world size
@@ -85,6 +86,19 @@ def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision
         _check_writable(path)
     action = UNIVERSAL if layout.sharded else WHOLE
     return Decision(found, action, settings.resuming(kept, load_universal=action == UNIVERSAL))
+
+
+def _check_precision_path(found: checkpoint.Resumable, settings: dsconfig.Settings) -> None:
+    """A UserError naming both paths where the checkpoint's precision path is not this run's. A 16-bit
+    checkpoint whose marker predates the record may be of either path, which nothing else tells apart."""
+    written, path = found.layout, found.path
+    if written.precision_path == settings.precision_path or written.precision in (None, "fp32"):
+        return
+    was = written.precision_path or f"{written.precision}, by a version that did not record its precision path"
+    raise UserError(
+        f"{path}: written with {was}, this run computes in {settings.precision_path}: their optimizer states "
+        f"differ; resume with the version and DeepSpeed config that wrote it, or start afresh in another --output-dir"
+    )
 
 
 def load(engine: "DeepSpeedEngine", decision: Decision, dist: distributed.DistEnv) -> checkpoint.Progress:

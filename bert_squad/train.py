@@ -291,15 +291,16 @@ def loop(run: Run) -> int:
             for batch in micro_batches:
                 loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
                 engine.backward(loss)
-                if clip and engine.is_gradient_accumulation_boundary():  # the whole step's gradients, averaged
-                    clip_gradients(engine, params, clip)
+                if (clip or scaler) and engine.is_gradient_accumulation_boundary():  # the step's averaged gradients
+                    unscale_and_clip(engine, params, clip)
                 engine.step()
                 run.meter.add(batch, loss)  # counted on the host copy; the loss stays on the device
             # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)
             logged = progress.step % train.log_every == 0 or progress.step == total
             if logged:
                 run.logs.append(dict(step=progress.step, **run.meter.log_rates(distributed.all_sum)))
-                shown.log(report.rates_line(progress.step, total, engine.get_lr()[0], run.last_rates, device))
+                lr, skipped = engine.get_lr()[0], engine.skipped_steps
+                shown.log(report.rates_line(progress.step, total, lr, run.last_rates, device, skipped))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
@@ -324,12 +325,21 @@ def loop(run: Run) -> int:
     return 0
 
 
-def clip_gradients(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Parameter], max_norm: float) -> None:
-    """Clip the step's gradients to `max_norm` in one foreach call, on the device; under fp16 autocast the engine's
-    loss scaler unscales them first (its step then knows they are, and skips a step whose gradients overflowed)."""
-    if engine.torch_autocast_z0_gradscaler:
-        engine.torch_autocast_z0_gradscaler.unscale_(engine.optimizer)
-    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+def unscale_and_clip(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Parameter], max_norm: float) -> None:
+    """The step's gradients made ready for DeepSpeed's optimizer step, on the device.
+
+    Under fp16 autocast torch's loss scaler unscales them first and says whether any overflowed (a host read,
+    fp16 only; its own step would read the same). DeepSpeed reads `optimizer.overflow` after its step, as its
+    16-bit wrappers set it: the step then counts as skipped and the LR scheduler stays where it is, as HF's
+    Trainer leaves it; torch's AdamW has no such attribute, so without it the skip went uncounted. Then the
+    gradient norm is clipped to `max_norm` (0: not) in one foreach call."""
+    scaler = engine.torch_autocast_z0_gradscaler
+    if scaler:
+        scaler.unscale_(engine.optimizer)
+        found_inf = scaler._found_inf_per_device(engine.optimizer)  # what unscale_ found, per device
+        engine.optimizer.overflow = bool(sum(v.item() for v in found_inf.values()))
+    if max_norm:
+        torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
 def save_checkpoint(run: Run) -> None:

@@ -3,9 +3,11 @@
 import json
 import os
 import re
+import shutil
 import signal
 
 import pytest
+import torch
 from helpers import (
     MPIRUN,
     PYTHON,
@@ -146,3 +148,47 @@ def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_st
     assert complete_tags(checkpoint_root(out)) == [f"step{step:08d}"] and step > 12
     seen = [json.loads((tmp_path / f"calls.json.rank{rank}").read_text()) for rank in (0, 1)]
     assert seen[0] == seen[1] and seen[0][-1] == step, seen
+
+
+def _hot_head(tiny_model, out):
+    """`tiny_model` with its span head scaled 1000x: its fp16 gradients overflow at torch's first loss scales."""
+    from safetensors.torch import save_file
+
+    shutil.copytree(tiny_model, out)
+    weights = load_file(str(out / "model.safetensors"))
+    save_file({k: v * 1000 if k.startswith("qa_outputs") else v for k, v in weights.items()}, out / "model.safetensors")
+    return out
+
+
+def test_fp16_overflow_skips_are_counted_and_the_loss_scale_resumes(tiny_model, sample_train, tmp_path):
+    """fp16 autocast for real on the CPU, with gradients that overflow: each step torch's loss scaler skips is
+    counted (DeepSpeed's skipped_steps, the log line), the LR schedule stays where it is on it, and the scale is in
+    every checkpoint, so a run resumed after an overflow ends bit-identical to the uninterrupted one."""
+    model = _hot_head(tiny_model, tmp_path / "hot")
+    out = tmp_path / "out"
+    args = [*_args(model, sample_train, out, "--max-steps", 8, "--checkpoint-every", 4, "--log-every", 1)]
+    args += ["--deepspeed-config", "ds_fp16", "--keep-checkpoints", 2]
+    r = run_bert_squad(*args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    skipped = json.loads((out / "train_metrics.json").read_text())["engine"]["skipped_steps"]
+    # torch's scaler halves its scale (65536 at first) on each overflow, and grows it only after 2000 good steps
+    root = checkpoint_root(out)
+    scales = {
+        tag: torch.load(root / tag / "mp_rank_00_model_states.pt", weights_only=False)["grad_scaler"]["scale"]
+        for tag in complete_tags(root)
+    }
+    assert 0 < skipped < 8 and scales["step00000008"] == 65536 / 2**skipped, (skipped, scales)
+    lines = re.findall(r"^step (\d+)/8 loss \S+ lr (\S+)(?: skipped (\d+))?", r.stdout, re.M)
+    counts = [int(n or 0) for _, _, n in lines]
+    assert counts[-1] == skipped and counts == sorted(counts)
+    for (_, lr, n), (_, before, m) in zip(lines[1:], lines):
+        if n != m:  # a skipped step: the scheduler did not advance
+            assert lr == before, lines
+    reference = tmp_path / "uninterrupted"
+    reference.mkdir()
+    os.replace(out / "model.safetensors", reference / "model.safetensors")
+
+    r = run_bert_squad(*args, "--resume", root / "step00000004")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "train_metrics.json").read_text())["engine"]["skipped_steps"] == skipped
+    assert_same_weights(reference, out)
