@@ -71,9 +71,9 @@ class Layout:
     gradient_accumulation_steps: int | None = None
     zero_stage: int | None = None
     precision: str | None = None
+    sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
     precision_path: str | None = None  # dsconfig.precision_path: 16-bit weights, or autocast over fp32
     optimizer: str | None = None  # the optimizer class the engine stepped, and its wrapper (recorded at save)
-    sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,12 @@ def stamp(
     fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
     b = settings.batch
     written = Layout(
-        b.world_size, b.size, b.accumulation, settings.zero_stage, settings.precision, settings.precision_path
+        b.world_size,
+        b.size,
+        b.accumulation,
+        settings.zero_stage,
+        settings.precision,
+        precision_path=settings.precision_path,
     )
     return Stamp(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer, written)
 

@@ -73,6 +73,9 @@ DS = {
 }
 
 
+WRAPPED = dsconfig.precision_path(DS)  # bf16 weights in DeepSpeed's 16-bit optimizer
+
+
 def settings(world, ds=DS):
     """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world)."""
     return dsconfig.settings(
@@ -83,11 +86,15 @@ def settings(world, ds=DS):
 @pytest.mark.parametrize(
     "layout, world, expected",
     [
-        (Layout(2, 32, 1, 2, "bf16", True), 2, (resume.AS_IS, 16, 1)),
-        (Layout(4, 64, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 2)),  # shrinking: accumulation
-        (Layout(1, 32, 2, 2, "bf16", True), 2, (resume.UNIVERSAL, 16, 1)),
-        (Layout(1, 16, 1, 2, "bf16", True), 2, (resume.UNIVERSAL, 8, 1)),  # growing past the batch: a smaller micro
-        (Layout(1, 48, 3, 2, "bf16", True), 4, (resume.UNIVERSAL, 12, 1)),
+        (Layout(2, 32, 1, 2, "bf16", True, WRAPPED), 2, (resume.AS_IS, 16, 1)),
+        (Layout(4, 64, 1, 2, "bf16", True, WRAPPED), 2, (resume.UNIVERSAL, 16, 2)),  # shrinking: accumulation
+        (Layout(1, 32, 2, 2, "bf16", True, WRAPPED), 2, (resume.UNIVERSAL, 16, 1)),
+        (
+            Layout(1, 16, 1, 2, "bf16", True, WRAPPED),
+            2,
+            (resume.UNIVERSAL, 8, 1),
+        ),  # growing past the batch: a smaller micro
+        (Layout(1, 48, 3, 2, "bf16", True, WRAPPED), 4, (resume.UNIVERSAL, 12, 1)),
         (Layout(4, 64, 1, None, None, False), 2, (resume.WHOLE, 16, 2)),  # an older marker: stage 0 by its files
         (Layout(), 3, (resume.AS_IS, 16, 1)),  # a marker without a world size: as before
     ],
@@ -104,7 +111,7 @@ def test_the_decision_for_a_world_size(layout, world, expected, tmp_path):
     "layout, world, ds, reason",
     [
         (
-            Layout(1, 32, 2, 2, "bf16", True),
+            Layout(1, 32, 2, 2, "bf16", True, WRAPPED),
             3,
             DS,
             "written by 1 rank with a global batch of 32, which 3 ranks cannot "
@@ -117,10 +124,23 @@ def test_the_decision_for_a_world_size(layout, world, expected, tmp_path):
             "written with ZeRO stage 0 in fp32, this run's DeepSpeed config has stage 2 in bf16",
         ),
         (
-            Layout(2, 32, 1, 2, "bf16", True),
+            Layout(2, 32, 1, 2, "bf16", True, WRAPPED),
             1,
             dict(DS, zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}),
             "no universal checkpoint with the optimizer offloaded to NVMe",
+        ),
+        (  # the same precision by its name, reached another way: the optimizer states differ
+            Layout(2, 32, 1, 2, "bf16", True, "bf16 autocast over fp32 weights"),
+            2,
+            DS,
+            "written with bf16 autocast over fp32 weights, this run computes in bf16 weights in DeepSpeed's "
+            "16-bit optimizer: their optimizer states differ",
+        ),
+        (  # a 16-bit checkpoint whose marker predates the record: either path
+            Layout(2, 32, 1, 2, "bf16", True),
+            2,
+            DS,
+            "written with bf16, by a version that did not record its precision path, this run computes in",
         ),
     ],
 )
@@ -134,7 +154,7 @@ def test_the_config_for_a_conversion(tmp_path):
     """The finished config of a resume through a universal checkpoint: the checkpoint's global batch by
     accumulation, and DeepSpeed told to load a universal checkpoint; checking that the checkpoint can take
     the conversion leaves nothing in it."""
-    decision = resume.decide(checkpoint.Resumable(tmp_path, Layout(2, 32, 1, 2, "bf16", True)), settings(1))
+    decision = resume.decide(checkpoint.Resumable(tmp_path, Layout(2, 32, 1, 2, "bf16", True, WRAPPED)), settings(1))
     done = decision.settings.finish(10, 0.1).as_dict()
     assert (done["gradient_accumulation_steps"], done["train_batch_size"]) == (2, 32)
     assert done["checkpoint"] == {"load_universal": True} and DS.get("checkpoint") is None
