@@ -9,12 +9,13 @@ only, so post-processing can map spans back to the original characters.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -180,6 +181,21 @@ def worker_count(requested: int | None, questions: int) -> int:
     return max(1, min(workers, questions // QUESTIONS_PER_WORKER))
 
 
+@contextlib.contextmanager
+def _tokenizer_threads_off(forking: bool) -> Iterator[None]:
+    """While worker processes fork: the tokenizers' own threads off unless the user chose (a tokenizer that ran
+    threads before the fork would warn in every worker); the variable as it was afterwards, since library code
+    changes nothing process-wide."""
+    if not forking or "TOKENIZERS_PARALLELISM" in os.environ:
+        yield
+        return
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+
+
 def _write_cache(
     ds: datasets.Dataset, fn: Callable[..., BatchEncoding], kwargs: dict[str, Any], cache_file: Path, workers: int
 ) -> None:
@@ -191,15 +207,14 @@ def _write_cache(
     shutil.rmtree(parts, ignore_errors=True)
     parts.mkdir()
     try:
-        if workers > 1:  # a tokenizer that ran threads before the fork would warn in every worker
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        built = ds.map(
-            fn,
-            num_proc=workers if workers > 1 else None,
-            cache_file_name=str(parts / "part.arrow"),
-            remove_columns=ds.column_names,
-            **kwargs,
-        )
+        with _tokenizer_threads_off(workers > 1):
+            built = ds.map(
+                fn,
+                num_proc=workers if workers > 1 else None,
+                cache_file_name=str(parts / "part.arrow"),
+                remove_columns=ds.column_names,
+                **kwargs,
+            )
         with ArrowWriter(features=built.features, path=str(parts / "all.arrow")) as writer:
             writer.write_table(built.data.table)
             writer.finalize()

@@ -104,13 +104,26 @@ class Run:
 def main(cfg: config.RunConfig) -> int:
     inputs = check(cfg)
     writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
-    with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device:
+    with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device, matmul_precision(cfg.speed.tf32):
         print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
         run = build(inputs, device)
         if loop(run) == EXIT_STOPPED:
             return EXIT_STOPPED
         finish(run)
     return 0
+
+
+@contextlib.contextmanager
+def matmul_precision(tf32: bool) -> Iterator[None]:
+    """With `tf32`, torch's "high" float32 matmul precision (TF32 tensor cores where the device has them) for the
+    run, and the process's own precision again after it."""
+    before = torch.get_float32_matmul_precision()
+    if tf32:
+        torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def check(cfg: config.RunConfig) -> Inputs:
@@ -216,8 +229,6 @@ def build(inputs: Inputs, device: torch.device) -> Run:
         engine.enable_backward_allreduce = False
     if cfg.speed.compile:
         engine.compile()
-    if cfg.speed.tf32:  # torch's "high" float32 precision: TF32 tensor cores where the device has them
-        torch.set_float32_matmul_precision("high")
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
     collate = Collator(
         inputs.tokenizer.pad_token_id,
