@@ -44,18 +44,34 @@ class DistEnv:
         return self.rank == 0
 
 
-def job_port(job_id: int | str, step: int | str = 0) -> int:
-    """The rendezvous port of a job's run, derived from the job's id (Slurm's job id, or the PMIx namespace
-    mpirun gives all its ranks) and the run's step within it (Slurm's step id, or mpirun's namespace inside a
-    Slurm job), so two jobs sharing a node do not collide, nor two steps of one job.
+# The ports of the jobs' runs: 20000-31999, below Linux's default range of ephemeral ports (32768-60999), where any
+# outgoing connection could take a port first, a rank's own connection to the rendezvous included (a TCP
+# self-connect, which leaves rank 0 unable to listen and the others waiting on themselves).
+PORT_BASE, PORTS = 20000, 12000
+# A job's runs each take one slot: the batch step's (0), an srun step's (1 + step id mod STEP_SLOTS), or an
+# mpirun's (1 + STEP_SLOTS + its PMIx namespace mod MPIRUN_SLOTS). Slot k moves the job's port on by k x JOB_SPAN.
+STEP_SLOTS, MPIRUN_SLOTS = 8, 3
+JOB_SPAN = PORTS // (1 + STEP_SLOTS + MPIRUN_SLOTS)
 
-    The one definition: the job script leaves MASTER_PORT unset and every rank derives the same port. Step 0 of
-    job j gets 20000 + j mod 12000; each further step moves it on by 7919, a prime that does not divide 12000,
-    so the steps of one job never share a port. It stays below Linux's default range of ephemeral ports
-    (32768-60999): a port in it can be taken by any outgoing connection first, a rank's own connection to the
-    rendezvous included (a TCP self-connect, which leaves rank 0 unable to listen and the others waiting on
-    themselves)."""
-    return 20000 + (_key(job_id) + 7919 * _key(step)) % 12000
+
+def job_port(job_id: int | str, step: int | None = None, namespace: str | None = None) -> int:
+    """The rendezvous port of a run of a job (Slurm's job id; outside Slurm, the PMIx namespace mpirun gives all
+    its ranks): of the batch step, of the srun step `step`, or of the mpirun whose ranks share the PMIx
+    `namespace` (its ranks are in no step, or in its daemons').
+
+    The one definition, so that every rank derives the same port (the job script leaves MASTER_PORT unset):
+    PORT_BASE + (job + JOB_SPAN x slot) mod PORTS. Runs of two jobs whose ids differ mod JOB_SPAN (1000) never
+    share a port, whatever their steps: jobs that run at once on a node, whose ids lie within 1000 of each
+    other, do not meet apart by chance. The runs of one job share a port only when they take the same slot:
+    two srun steps whose ids are equal mod STEP_SLOTS (8), or two mpiruns whose namespaces are equal mod
+    MPIRUN_SLOTS (3); the batch step's slot is its own, not step 0's."""
+    if step is not None:
+        slot = 1 + step % STEP_SLOTS
+    elif namespace is not None:
+        slot = 1 + STEP_SLOTS + _key(namespace) % MPIRUN_SLOTS
+    else:
+        slot = 0
+    return PORT_BASE + (_key(job_id) + JOB_SPAN * slot) % PORTS
 
 
 def _key(value: int | str) -> int:
@@ -121,14 +137,14 @@ def slurm_rendezvous(env: Mapping[str, str], size: int) -> tuple[str, int] | Non
     meet on the step's first node, which need not be the job's (`srun -N1` on the second node of two), at
     the port of the job's id and the step's, so two steps of one job meet apart. mpirun's ranks share no
     step (those on other nodes than mpirun's own are in its daemons' step, the others in none): rank 0 runs
-    on the job's first node, and mpirun's PMIx namespace, the same on every rank, stands for the step."""
+    on the job's first node, and mpirun's PMIx namespace, the same on every rank, picks the port (`job_port`)."""
     if "SLURM_JOB_ID" not in env:
         return None
     job = env_number(env, "SLURM_JOB_ID")
     if "OMPI_COMM_WORLD_SIZE" not in env and env.get("SLURM_STEP_NUM_TASKS") == str(size) and "SLURM_STEP_ID" in env:
         nodes = "SLURM_STEP_NODELIST" if "SLURM_STEP_NODELIST" in env else "SLURM_JOB_NODELIST"
-        return nodes, job_port(job, env_number(env, "SLURM_STEP_ID"))
-    return "SLURM_JOB_NODELIST", job_port(job, env.get("PMIX_NAMESPACE", 0))
+        return nodes, job_port(job, step=env_number(env, "SLURM_STEP_ID"))
+    return "SLURM_JOB_NODELIST", job_port(job, namespace=env.get("PMIX_NAMESPACE"))
 
 
 def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:

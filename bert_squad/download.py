@@ -5,14 +5,13 @@ dataset into the cache: the only command that uses the network. `bert-squad chec
 before any rank starts, and says whether they are there. `cache` defines where.
 """
 
-import os
 import shutil
 from pathlib import Path
 
 from bert_squad import cache, config
 from bert_squad.config import RunConfig
 from bert_squad.errors import UserError, first_line
-from bert_squad.files import writable_directory
+from bert_squad.files import scratch, writable_directory
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -35,7 +34,7 @@ def download_dataset(name: str, cache_dir: str) -> Path:
 
     target = cache.dataset_dir(cache_dir, name)
     ds = datasets.load_dataset(name, cache_dir=str(cache.datasets_download_dir(cache_dir)))
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp = scratch(target.parent, target.name, directory=True)  # jobs share the cache
     ds.save_to_disk(str(tmp))
     if target.exists():
         shutil.rmtree(target)

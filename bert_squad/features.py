@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from bert_squad import cache, distributed
+from bert_squad import cache, distributed, files
 from bert_squad.errors import UserError
 
 if TYPE_CHECKING:  # types only: datasets and transformers load where features are built
@@ -203,9 +203,7 @@ def _write_cache(
     order) and written as one Arrow file, whatever the number of workers: the cache is the same for any."""
     from datasets.arrow_writer import ArrowWriter  # heavy: only where features are built
 
-    parts = cache_file.parent / f".{cache_file.stem}-{os.getpid()}"
-    shutil.rmtree(parts, ignore_errors=True)
-    parts.mkdir()
+    parts = files.scratch(cache_file.parent, cache_file.stem, directory=True)  # ranks and jobs share the cache
     try:
         with _tokenizer_threads_off(workers > 1):
             built = ds.map(

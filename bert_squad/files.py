@@ -59,14 +59,28 @@ def directory(path: PathLike, given_as: str) -> Path:
     return path
 
 
+def scratch(folder: PathLike, name: str, directory: bool = False) -> Path:
+    """A new file (or directory) `.name-XXXXXXXX` in `folder` that is this process's alone, to fill and then move
+    into place or remove. The one rule for scratch where ranks, nodes or jobs meet (an output dir, the cache, a
+    checkpoint): a PID names nothing of its own there (nodes booted alike, PID namespaces in containers), so
+    the name is tempfile's, random and created exclusively. Its mode is what the umask gives any new file or
+    directory (tempfile's own is the owner's alone), so what is moved out of it reads as other output does."""
+    if directory:
+        made = tempfile.mkdtemp(prefix=f".{name}-", dir=folder)
+    else:
+        fd, made = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
+        os.close(fd)
+    umask = os.umask(0)  # read by setting it: the one way besides /proc
+    os.umask(umask)
+    os.chmod(made, (0o777 if directory else 0o666) & ~umask)
+    return Path(made)
+
+
 def probe_write(path: PathLike) -> None:
     """Create an empty file in the directory `path` and remove it: an OSError where the directory cannot be
     written, found before the work rather than after hours of it. Every rank probes the shared output dir at
-    once, and a PID names no file of its own there (nodes booted alike, PID namespaces in containers): the
-    name is mkstemp's, random and created exclusively, so no other process can hold it."""
-    fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
-    os.close(fd)
-    os.unlink(probe)
+    once: the file is `scratch`'s, no other process's."""
+    scratch(path, "write-test").unlink()
 
 
 def writable_directory(path: PathLike, given_as: str) -> Path:
@@ -82,13 +96,14 @@ def writable_directory(path: PathLike, given_as: str) -> Path:
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    path, tmp = Path(path), None
     try:
+        tmp = scratch(path.parent, path.name)
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as err:  # a directory in the way, no such parent, no permission: nothing left behind
-        tmp.unlink(missing_ok=True)
+        if tmp:
+            tmp.unlink(missing_ok=True)
         raise UserError(f"{path}: cannot be written ({err.strerror or err})") from None
 
 

@@ -11,13 +11,13 @@ import copy
 import hashlib
 import json
 import os
-import shutil
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
+from bert_squad import files
 from bert_squad.errors import UserError, first_line
 
 if TYPE_CHECKING:  # transformers, torch and DeepSpeed load with the model, not for the commands that load none
@@ -319,8 +319,7 @@ def export(
     """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
     with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
-    tmp = out_dir / f".export-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = files.scratch(out_dir, "export", directory=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
     module.save_pretrained(str(tmp), state_dict=state)
     # The config names the dtype of the weights written (fp32), where save_pretrained names the one the model

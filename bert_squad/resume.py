@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from bert_squad import checkpoint, distributed, dsconfig, report
 from bert_squad.errors import UserError, first_line
-from bert_squad.files import PathLike, probe_write
+from bert_squad.files import PathLike, probe_write, scratch
 
 if TYPE_CHECKING:  # DeepSpeed loads with the run
     from deepspeed import DeepSpeedEngine
@@ -169,19 +169,19 @@ def convert_once(path: PathLike) -> str:
             return "reused its conversion"
         shutil.rmtree(target)
         redone = f"; the one there was damaged: {problem}"
-    tmp = Path(path) / f".{DIR}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
-        t0 = time.perf_counter()
-        _ds_to_universal(path, tmp / DIR)
-        checkpoint.write_marker(tmp / DIR, {}, checkpoint.manifest(tmp / DIR))
-        seconds = time.perf_counter() - t0
-        with contextlib.suppress(OSError):  # another job converted it meanwhile: theirs is as good
-            os.replace(tmp / DIR, target)
+        tmp = scratch(path, DIR, directory=True)
+        try:
+            t0 = time.perf_counter()
+            _ds_to_universal(path, tmp / DIR)
+            checkpoint.write_marker(tmp / DIR, {}, checkpoint.manifest(tmp / DIR))
+            seconds = time.perf_counter() - t0
+            with contextlib.suppress(OSError):  # another job converted it meanwhile: theirs is as good
+                os.replace(tmp / DIR, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as err:
         raise UserError(f"{path}: cannot write its universal conversion ({err.strerror or err})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return f"converted in {seconds:.1f} s{redone}"
 
 

@@ -60,8 +60,9 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    """The session's environment as pytest_configure set it up: what forked CLI runs start from (preloaded.py)."""
-    preloaded.session_started()
+    """The session's environment as pytest_configure set it up: what forked CLI runs start from (preloaded.py),
+    where no GPU is visible."""
+    preloaded.session_started(gpu_count())
 
 
 def _interrupt(signum, frame):

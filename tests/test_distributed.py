@@ -65,18 +65,36 @@ def test_a_step_on_part_of_the_allocation_meets_on_its_own_first_node():
     behind the job template's RANK/WORLD_SIZE; without the step's node list (an older Slurm), on the job's."""
     step = {"SLURM_STEP_NODELIST": "nid002", "SLURM_STEP_ID": "1"}
     for env in (srun_task(1, 2, **step), {**srun_task(1, 2, **step), "RANK": "1", "WORLD_SIZE": "2"}):
-        assert (detect(env).master_addr, detect(env).master_port) == ("nid002", job_port(4242, 1))
+        assert (detect(env).master_addr, detect(env).master_port) == ("nid002", job_port(4242, step=1))
     assert detect(srun_task(1, 2, SLURM_STEP_ID="1")).master_addr == "nid001"
 
 
 def test_two_steps_of_one_job_meet_on_different_ports():
     """Steps 0 and 1 of job 4242 (a sweep packed into one allocation, or two sruns after salloc) on the same
-    nodes; no two of a job's first thousand steps share a port, and none is an ephemeral one."""
+    nodes, and the ranks of a launcher in the batch step (MPICH's mpiexec: no srun step, no PMIx namespace),
+    meet apart."""
     ports = [detect(srun_task(0, 2, SLURM_STEP_ID=str(step))).master_port for step in (0, 1)]
-    assert ports[0] != ports[1]
-    assert ports[0] == job_port(4242) == 20000 + 4242  # step 0: the job's port, as before steps counted
-    every = {job_port(4242, step) for step in range(1000)}
-    assert len(every) == 1000 and all(20000 <= p < 32768 for p in every)
+    batch = {"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "nid[001-002]"}
+    assert ports == [job_port(4242, step=0), job_port(4242, step=1)]
+    assert detect(batch).master_port == job_port(4242) == 20000 + 4242 not in ports
+
+
+def test_no_two_runs_of_jobs_a_thousand_ids_apart_share_a_port():
+    """The rule job_port documents, checked run by run over every job of a window of 1000 ids (a node's jobs at
+    once): its batch step, 8 srun steps and 3 mpiruns, 12000 runs in all, each on a port of its own, none an
+    ephemeral one. Beyond its slots, a job's runs share a port: steps 8 apart, mpiruns whose namespaces are 3
+    apart. The ids of jobs that collided before: job j's step 1 and job j + 7919's step 0."""
+    for first in (0, 4242, 852754433):
+        runs = [
+            (job, slot)
+            for job in range(first, first + 1000)
+            for slot in [{}, *({"step": s} for s in range(8)), *({"namespace": str(first + n)} for n in range(3))]
+        ]
+        ports = {job_port(job, **slot) for job, slot in runs}
+        assert len(ports) == len(runs) == 12000 and min(ports) >= 20000 and max(ports) < 32768
+    assert job_port(4242, step=1) != job_port(4242 + 7919, step=0)
+    assert job_port(4242, step=3) == job_port(4242, step=11) and job_port(4242, step=3) == job_port(5242, step=2)
+    assert job_port(4242, namespace="7") == job_port(4242, namespace="10")
 
 
 def test_mpiruns_ranks_agree_though_their_steps_differ():
@@ -94,7 +112,7 @@ def test_mpiruns_ranks_agree_though_their_steps_differ():
         "SLURM_STEP_NUM_TASKS": "2",
     }
     met = {(detect(env).master_addr, detect(env).master_port) for env in (local, remote)}
-    assert met == {("nid001", job_port(4242, "2050359297"))}
+    assert met == {("nid001", job_port(4242, namespace="2050359297"))}
     assert detect({**local, "PMIX_NAMESPACE": "2050359298"}).master_port not in {port for _, port in met}
 
 

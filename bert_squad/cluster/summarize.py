@@ -17,7 +17,7 @@ from rich.table import Table
 
 from bert_squad import config, outputs
 from bert_squad.errors import UserError
-from bert_squad.files import PathLike, read_json, write_text_atomic
+from bert_squad.files import PathLike, read_json, scratch, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED
 
 MANIFEST = "sweep.json"
@@ -144,8 +144,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("F1")
     ax.set_title("F1 by combination (mean, standard deviation, seeds as dots)")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    tmp = scratch(path.parent, path.name)  # two jobs may summarize one sweep at once
+    fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     tmp.replace(path)
 
