@@ -17,6 +17,13 @@ timed where the Trainer logs, after it has read the loss from the device), `engi
 `train_batch_size`, `peak_memory_gib`. Tokens/s are samples/s times the mean non-padding tokens of a feature
 (the Trainer is not asked to count them: that would read the device every step); TFLOP/s and MFU count the
 padded length, as the project's do.
+
+With `--epochs` it trains the project's accuracy recipe instead, for the accuracy table's Trainer rows
+(bench/accuracy.sh --trainer): --epochs, --learning-rate, --seed and the dropout rates as the project's run
+takes them, linear warmup over --warmup-ratio of the steps then linear decay, weight decay 0.01 (not on biases
+and LayerNorm), gradient norm clipped to 1, fp32, each batch padded to its longest and grouped by length
+(`train_sampling_strategy="group_by_length"`), as the project batches; then the saved model is evaluated by the project's `evaluate` on
+--eval-file (the same post-processing and official-rule scorer), into OUT/eval.
 """
 
 import argparse
@@ -30,9 +37,9 @@ BATCH, WORKERS, LR, SEED = 16, 2, 5e-5, 42  # run_qa.py's command in docs/perfor
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
-def padded_features(model: Path, train_file: Path, seq: int) -> tuple:
-    """(the train features padded to `seq` tokens as a datasets.Dataset, its mean non-padding tokens a feature,
-    the tokenizer)."""
+def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True) -> tuple:
+    """(the train features as a datasets.Dataset, padded to `seq` tokens where `fixed`, its mean non-padding
+    tokens a feature, the tokenizer)."""
     import datasets  # heavy: after the arguments are read
     from datasets.table import InMemoryTable
     from transformers import AutoTokenizer
@@ -44,12 +51,13 @@ def padded_features(model: Path, train_file: Path, seq: int) -> tuple:
     tokenizer = AutoTokenizer.from_pretrained(model)
     built = build_features(read_squad(train_file), tokenizer, WindowConfig(max_seq_length=seq), None, train=True)
     columns = {name: built[name] for name in INPUTS if name in built.column_names}
-    padded = tokenizer.pad(columns, padding="max_length", max_length=seq)
+    padded = tokenizer.pad(columns, padding="max_length", max_length=seq) if fixed else columns
     table = {name: padded[name] for name in columns}
     table.update(start_positions=built["start_positions"], end_positions=built["end_positions"])
-    tokens = sum(map(sum, padded["attention_mask"])) / len(built)
+    tokens = sum(map(sum, columns["attention_mask"])) / len(built)
     # Its own fingerprint, as the project gives its features: datasets would otherwise hash the table with dill
-    return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=f"hf-trainer-{seq}"), tokens, tokenizer
+    name = f"hf-trainer-{seq}-{'fixed' if fixed else 'per-batch'}"
+    return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=name), tokens, tokenizer
 
 
 def windows_callback(per_sample: dict, peak: Any) -> Any:
@@ -84,21 +92,30 @@ def windows_callback(per_sample: dict, peak: Any) -> Any:
     return Windows()
 
 
-def training_arguments(out: Path, steps: int, log_every: int, bf16: bool, cpu: bool) -> Any:
+def training_arguments(args: argparse.Namespace, bf16: bool, cpu: bool) -> Any:
+    """run_qa.py's arguments, or with --epochs the project's accuracy recipe (the module's docstring)."""
     from transformers import TrainingArguments  # heavy: after the arguments are read
 
-    return TrainingArguments(
-        output_dir=str(out / "trainer"),
+    common = dict(
+        output_dir=str(args.out / "trainer"),
         per_device_train_batch_size=BATCH,
-        learning_rate=LR,
-        max_steps=steps,
-        logging_steps=log_every,
+        logging_steps=args.log_every,
         save_strategy="no",
         report_to="none",
-        seed=SEED,
-        bf16=bf16,
         use_cpu=cpu,  # the Trainer takes bf16 on a CPU only when told it is one
         optim="adamw_torch_fused",
+    )
+    if args.epochs:
+        recipe = dict(learning_rate=args.learning_rate, num_train_epochs=args.epochs, seed=args.seed)
+        recipe.update(warmup_steps=args.warmup_ratio, weight_decay=0.01, max_grad_norm=1.0)  # a float: a share
+        recipe.update(train_sampling_strategy="group_by_length")  # transformers 5's names
+        return TrainingArguments(**common, **recipe)  # fp32, batches collated in the training process (the CPU's)
+    return TrainingArguments(
+        **common,
+        learning_rate=LR,
+        max_steps=args.steps,
+        seed=SEED,
+        bf16=bf16,
         dataloader_num_workers=WORKERS,
         dataloader_pin_memory=True,
     )
@@ -120,27 +137,33 @@ def engine_facts(trainer: Any, bf16: bool) -> dict:
 def train(args: argparse.Namespace) -> dict:
     """The Trainer's run: what train_metrics.json records of it."""
     import torch  # heavy: after the arguments are read
-    from transformers import AutoModelForQuestionAnswering, Trainer, default_data_collator
+    import transformers
+    from transformers import DataCollatorWithPadding, Trainer, default_data_collator
     from transformers.utils import is_torch_bf16_available_on_device
 
+    from bert_squad import model as qa_model
     from bert_squad import perf
 
-    dataset, tokens, tokenizer = padded_features(args.model, args.train_file, args.max_seq_length)
-    model = AutoModelForQuestionAnswering.from_pretrained(args.model)
+    recipe = bool(args.epochs)
+    dataset, tokens, tokenizer = padded_features(args.model, args.train_file, args.max_seq_length, fixed=not recipe)
+    transformers.set_seed(args.seed if recipe else SEED)  # the span head starts as the project's run of that seed
+    model = qa_model.load_qa_model(args.model, dropout=args.dropout, attention_dropout=args.attention_dropout)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bf16 = is_torch_bf16_available_on_device(device.type)
+    bf16 = is_torch_bf16_available_on_device(device.type) and not recipe
     name = perf.device_name(device)
     per_sample = {"flops": perf.flops_per_sample(perf.model_shape(model), args.max_seq_length), "tokens": tokens}
     windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"))
     trainer = Trainer(
         model=model,
-        args=training_arguments(args.out, args.steps, args.log_every, bf16, device.type == "cpu"),
+        args=training_arguments(args, bf16, device.type == "cpu"),
         train_dataset=dataset,
-        data_collator=default_data_collator,
+        data_collator=DataCollatorWithPadding(tokenizer) if recipe else default_data_collator,
         processing_class=tokenizer,
         callbacks=[windows],
     )
     trainer.train()
+    if recipe:
+        trainer.save_model(str(args.out / "model"))  # the weights, config and tokenizer, for `evaluate`
     return {
         "steps": trainer.state.global_step,
         "train_batch_size": BATCH,
@@ -161,6 +184,14 @@ def main() -> int:
     p.add_argument("--max-seq-length", type=int, default=384)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--log-every", type=int, default=100)
+    recipe = p.add_argument_group("the accuracy recipe (bench/accuracy.sh --trainer), instead of --steps")
+    recipe.add_argument("--epochs", type=float, default=0.0, help="train this many epochs of the recipe")
+    recipe.add_argument("--learning-rate", type=float, default=1e-4)
+    recipe.add_argument("--warmup-ratio", type=float, default=0.1)
+    recipe.add_argument("--seed", type=int, default=SEED)
+    recipe.add_argument("--dropout", type=float, default=None, help="as the project's --dropout")
+    recipe.add_argument("--attention-dropout", type=float, default=None, help="as the project's --attention-dropout")
+    recipe.add_argument("--eval-file", type=Path, help="evaluate the trained model on it with the project's evaluate")
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
         sys.exit(f"hf_trainer: {args.model} is no model folder (no config.json)")
@@ -175,7 +206,19 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"hf_trainer: {len(metrics['logs'])} windows, metrics in {args.out / 'train_metrics.json'}")
+    if args.epochs and args.eval_file:
+        return evaluate(args)
     return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """The trained model through the project's `evaluate` (its post-processing and scorer), into OUT/eval."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "bert_squad", "evaluate", "--model-dir", str(args.out / "model")]
+    cmd += ["--eval-file", str(args.eval_file), "--output-dir", str(args.out / "eval")]
+    cmd += ["--max-seq-length", str(args.max_seq_length)]  # the default stride, as the training features have
+    return subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1]).returncode
 
 
 if __name__ == "__main__":
