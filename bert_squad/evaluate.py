@@ -8,6 +8,7 @@ forward gathers the parameters from all ranks, so a rank that stopped early woul
 """
 
 import argparse
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,8 +44,10 @@ def predict_logits(
     pad_id: int,
     dist: Optional[DistEnv] = None,
     batch_size: int = EVAL_BATCH,
+    autocast: Optional[torch.dtype] = None,
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
-    """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere."""
+    """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere; the forward
+    under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = feature_lengths(features)
     # Longest first, ties in feature order: the same batches whatever the world size.
@@ -54,7 +57,9 @@ def predict_logits(
     # logits hold, and nothing but the logits needs to travel.
     shares = [np.array([f for b in batches[r::world] for f in b], dtype=np.int64) for r in range(world)]
     widths = [int(lengths[share].sum()) for share in shares]
-    mine = torch.from_numpy(_forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank]))
+    with torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext():
+        mine = _forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank])
+    mine = torch.from_numpy(mine)
     parts = distributed.gather_padded_to_rank0(mine, widths, dist) if dist else [mine]
     if parts is None:
         return None
@@ -112,10 +117,11 @@ def predict(
     pad_id: int,
     postprocess: PostprocessConfig,
     dist: Optional[DistEnv] = None,
+    autocast: Optional[torch.dtype] = None,
 ) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
     and answering share it."""
-    logits = predict_logits(module, features, device, pad_id, dist)
+    logits = predict_logits(module, features, device, pad_id, dist, autocast=autocast)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()

@@ -374,8 +374,9 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
     if run.best_so_far and inputs.dist.is_main:
         output_dir = best.start_pending(inputs.cfg.data.output_dir)
     postprocess, pad_id = inputs.cfg.postprocess, inputs.tokenizer.pad_token_id
+    features, autocast = run.work.dev_features, eval_autocast(run.engine, run.device)
     result = predict(
-        run.engine.module, inputs.dev_examples, run.work.dev_features, run.device, pad_id, postprocess, inputs.dist
+        run.engine.module, inputs.dev_examples, features, run.device, pad_id, postprocess, inputs.dist, autocast
     )
     metrics = score_predictions(result, inputs.dev_examples, postprocess.lang, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
@@ -385,6 +386,13 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
     if run.best_so_far and run.best_so_far.judge(run.progress.step, metrics):
         export_best(run)
     return metrics
+
+
+def eval_autocast(engine: deepspeed.DeepSpeedEngine, device: torch.device) -> Optional[torch.dtype]:
+    """The dtype a run's evaluation computes in under autocast: the training's autocast dtype on a GPU, so an
+    evaluation costs what the training's forward does (16-bit weights compute in theirs without it). A CPU
+    evaluates in fp32, where bf16 autocast is not faster (docs/performance.md)."""
+    return engine.torch_autocast_dtype() if engine.torch_autocast_enabled() and device.type == "cuda" else None
 
 
 def export_best(run: Run) -> None:

@@ -12,6 +12,7 @@ from helpers import (
     MPIRUN,
     ROOT,
     TINY_WINDOWS,
+    assert_same_weights,
     inference_args,
     put_in_hub_cache,
     run_bert_squad,
@@ -422,3 +423,20 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     assert "at step 2" in r.stdout, r.stdout[-3000:]
     weights = load_file(str(resumed / "model.safetensors"))
     assert weights.keys() == exported.keys() and all(weights[k].equal(exported[k]) for k in weights)
+
+
+def test_the_written_config_given_back_trains_the_same_run(tiny_model, sample_train, tmp_path):
+    """deepspeed_config.json, given back as --deepspeed-config: the same clipping (the loop's, at the norm the
+    shipped config gives) and the same weights, bit for bit, three steps at a learning rate whose gradients
+    are clipped."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    common = ("--max-steps", 3, "--learning-rate", "5e-3", "--no-eval", "--log-every", 1)
+    a = tiny_run(tiny_model, sample_train, tmp_path, *common, "--deepspeed-config", "ds_fp32", out=first)
+    written = first / "deepspeed_config.json"
+    assert json.loads(written.read_text())["gradient_clipping"] == 1.0
+    b = tiny_run(tiny_model, sample_train, tmp_path, *common, "--deepspeed-config", written, out=again)
+    for r in (a, b):
+        assert "gradient norm clipped to 1 in one foreach call" in r.stdout, r.stdout[-2000:]
+    assert losses(a.stdout) == losses(b.stdout) and len(losses(a.stdout)) == 3
+    assert_same_weights(first, again)
+    assert json.loads((again / "deepspeed_config.json").read_text()) == json.loads(written.read_text())
