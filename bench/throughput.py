@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Training throughput of the project's batching (length-grouped, padded per batch) against fixed
+"""Training throughput of the project's batching (length-grouped, padded to length buckets) against fixed
 384-token padding, on the same data, model, config and device, in one run.
 
 Each variant is a real training run (`python -m bert_squad`, or under the launcher you wrap this in)
 of --steps optimizer steps; the figures are those of the second half of the steps, after warm-up.
-Prints a table and, as its last line, one JSON object.
+Prints a table, the share of real (not padding) tokens among those computed under each way of padding a
+batch (to its longest, to its length bucket, to the maximum), and, as its last line, one JSON object.
 
     python bench/throughput.py --model DIR --train-file ../shared/data/squad/train-v1.1-head.json
     python bench/throughput.py --model bert-base-random --train-file F --deepspeed-config ds_bf16
@@ -85,6 +86,34 @@ def run(args, work, fixed):
     return json.loads((out / "train_metrics.json").read_text())
 
 
+def real_token_shares(args):
+    """The share of the tokens the model computes that are real (not padding), over one epoch of the
+    length-grouped plan of `args.train_file`, for each way of padding a batch: to its longest feature, to its
+    length bucket (the project's), and to --max-seq-length."""
+    from bert_squad import dsconfig
+    from bert_squad.batching import BatchPlan, Collator, feature_lengths
+    from bert_squad.config import WindowConfig
+    from bert_squad.data import read_squad
+    from bert_squad.features import build_features
+    from bert_squad.model import load_tokenizer
+
+    windows = WindowConfig(args.max_seq_length)
+    tokenizer = load_tokenizer(args.model)
+    lengths = feature_lengths(build_features(read_squad(args.train_file), tokenizer, windows, args.cache_dir, True))
+    micro = dsconfig.load(args.deepspeed_config)["train_micro_batch_size_per_gpu"]
+    batches = BatchPlan(lengths, micro, 1, 0, seed=42).epoch(0)
+    real = sum(int(lengths[b].sum()) for b in batches)
+    padding = {
+        "longest": Collator(tokenizer.pad_token_id),
+        "bucket": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, fixed=False),
+        "max_length": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, fixed=True),
+    }
+    return {
+        name: real / sum(len(b) * collate.padded_length(int(lengths[b].max())) for b in batches)
+        for name, collate in padding.items()
+    }
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model dir, or bert-base-random")
@@ -99,6 +128,7 @@ def main():
         if args.model == "bert-base-random":
             args.model = random_bert_base(minilm_dir(), work / "bert-base-random")
         grouped, fixed = run(args, work, fixed=False), run(args, work, fixed=True)
+        shares = real_token_shares(args)
     g, f = grouped["last_log"], fixed["last_log"]
     rows = [("project batching", g), (f"fixed {args.max_seq_length} padding", f)]
     print(
@@ -111,6 +141,11 @@ def main():
             f"{name:24} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
             f"{r['tflops_per_device']:12.2f} {mfu:>6}"
         )
+    print(
+        f"real tokens of those computed (one epoch): {shares['longest']:.1%} padding each batch to its longest, "
+        f"{shares['bucket']:.1%} to its length bucket (the project's), {shares['max_length']:.1%} to "
+        f"{args.max_seq_length}"
+    )
     result = {
         "samples_per_second": g["samples_per_second"],
         "fixed_padding_samples_per_second": f["samples_per_second"],
@@ -118,6 +153,7 @@ def main():
         "tokens_per_second": g["tokens_per_second"],
         "mfu": g["mfu"],
         "fixed_padding_mfu": f["mfu"],
+        "real_token_share": shares,
         "device": grouped["device"],
         "precision": grouped["precision"],
         "world_size": grouped["world_size"],

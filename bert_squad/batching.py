@@ -1,9 +1,11 @@
 """Which features go into which micro batch, on which rank, in which order.
 
 Features are grouped by length (random mega-chunks sorted by length, the chunks' batches shuffled), so
-a batch padded to its longest feature wastes little. The order depends only on (seed, epoch): every
-rank computes the same global plan and takes its own share of each step, which keeps ranks in step and
-makes a resumed run see exactly the batches the interrupted one would have.
+a batch padded to its length bucket (`bucket_lengths`) wastes little. Every micro batch is whole (the last
+step wraps around to the epoch's first features), so training sees few shapes, each of the micro batch's
+size. The order depends only on (seed, epoch): every rank computes the same global plan and takes its own
+share of each step, which keeps ranks in step and makes a resumed run see exactly the batches the
+interrupted one would have.
 """
 
 from __future__ import annotations
@@ -78,23 +80,40 @@ class BatchPlan:
             epoch, start = epoch + 1, 0
 
 
+def bucket_lengths(max_length: int, most: int = 8, quantum: int = 64) -> list[int]:
+    """The lengths training batches are padded to: multiples of `quantum` (64, or a multiple of it that keeps
+    them to `most`) below `max_length`, and `max_length`. Few fixed shapes let a compiled step build one graph
+    a length and replay it, where padding each batch to its longest gave a new shape almost every step."""
+    width = quantum * -(-max_length // (most * quantum))
+    return [*range(width, max_length, width), max_length]
+
+
 class Collator:
-    """Pads a list of features to the batch's longest (or to a fixed length) as torch tensors."""
+    """Pads a list of features as torch tensors: to the shortest of `lengths` that holds the batch's longest
+    feature (the batch's longest where `lengths` is None)."""
 
     KEYS = ("input_ids", "token_type_ids", "attention_mask")  # the model's inputs (a family may lack one)
     LABELS = ("start_positions", "end_positions")
 
-    def __init__(self, pad_id: int, pad_to: int | None = None, multiple_of: int = 1, labels: bool = True) -> None:
-        self.pad_id, self.pad_to, self.multiple_of, self.labels = pad_id, pad_to, multiple_of, labels
+    def __init__(self, pad_id: int, lengths: Sequence[int] | None = None, labels: bool = True) -> None:
+        self.pad_id, self.lengths, self.labels = pad_id, sorted(lengths or ()), labels
+
+    @classmethod
+    def for_training(cls, pad_id: int, max_length: int, fixed: bool) -> Collator:
+        """Training's: every batch padded to `max_length` when `fixed`, else to its length bucket."""
+        return cls(pad_id, [max_length] if fixed else bucket_lengths(max_length))
 
     def columns(self, features: datasets.Dataset) -> list[str]:
         """The columns of `features` this collator reads."""
         wanted = self.KEYS + (self.LABELS if self.labels else ())
         return [c for c in wanted if c in features.column_names]
 
+    def padded_length(self, longest: int) -> int:
+        """The length a batch whose longest feature has `longest` tokens is padded to."""
+        return next((n for n in self.lengths if n >= longest), longest)
+
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        longest = max(len(r["input_ids"]) for r in rows)
-        length = self.pad_to or -(-longest // self.multiple_of) * self.multiple_of
+        length = self.padded_length(max(len(r["input_ids"]) for r in rows))
         batch = {}
         for key in self.KEYS:
             if key in rows[0]:

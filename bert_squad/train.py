@@ -215,10 +215,8 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     if cfg.speed.tf32:  # torch's "high" float32 precision: TF32 tensor cores where the device has them
         torch.set_float32_matmul_precision("high")
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
-    collate = Collator(
-        inputs.tokenizer.pad_token_id,
-        multiple_of=8 if device.type == "cuda" else 1,
-        pad_to=cfg.windows.max_seq_length if cfg.speed.pad_to_max_length else None,
+    collate = Collator.for_training(
+        inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, cfg.speed.pad_to_max_length
     )
     device_name = perf.device_name(device)
     tf32 = cfg.speed.tf32 and work.ds_config.precision == "fp32"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import run_bert_squad, train_args
 
-from bert_squad.batching import BatchPlan, Collator, feature_lengths
+from bert_squad.batching import BatchPlan, Collator, bucket_lengths, feature_lengths
 
 
 def lengths(n=1000, seed=0):
@@ -19,6 +19,7 @@ def test_every_feature_once_per_epoch_and_ranks_disjoint(world):
     plans = [BatchPlan(ls, 8, world, r, seed=1) for r in range(world)]
     per_rank = [p.epoch(0) for p in plans]
     assert len({len(b) for b in per_rank}) == 1  # same number of batches on every rank
+    assert {len(b) for batches in per_rank for b in batches} == {8}  # the last one filled too
     flat = [i for batches in per_rank for b in batches for i in b]
     assert set(flat) == set(range(1001))
     assert len(flat) - 1001 < 8 * world  # at most one step wraps around
@@ -71,15 +72,49 @@ def test_grouping_cuts_padding():
     assert padded(grouped) >= ls.sum()
 
 
-def test_collator_pads_to_batch_or_fixed_length():
+def test_collator_pads_to_the_batch_or_to_the_shortest_length_that_holds_it():
     rows = [
         {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "start_positions": 1, "end_positions": 2},
         {"input_ids": [4], "attention_mask": [1], "start_positions": 0, "end_positions": 0},
     ]
     b = Collator(pad_id=0)(rows)
     assert b["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and b["attention_mask"].tolist()[1] == [1, 0, 0]
-    assert Collator(pad_id=0, pad_to=8)(rows)["input_ids"].shape == (2, 8)
-    assert Collator(pad_id=0, multiple_of=8)(rows)["input_ids"].shape == (2, 8)
+    assert Collator(pad_id=0, lengths=[8])(rows)["input_ids"].shape == (2, 8)
+    assert Collator(pad_id=0, lengths=[6, 2, 4])(rows)["input_ids"].shape == (2, 4)
+    assert Collator(pad_id=0, lengths=[2])(rows)["input_ids"].shape == (2, 3)  # none holds it: its longest
+
+
+@pytest.mark.parametrize(
+    "max_length, buckets",
+    [
+        (384, [64, 128, 192, 256, 320, 384]),
+        (512, [64, 128, 192, 256, 320, 384, 448, 512]),
+        (100, [64, 100]),
+        (1024, [128, 256, 384, 512, 640, 768, 896, 1024]),
+        (40, [40]),
+    ],
+)
+def test_buckets_are_at_most_8_multiples_of_64_and_the_max_length(max_length, buckets):
+    assert bucket_lengths(max_length) == buckets
+    assert all(len(bucket_lengths(n)) <= 8 for n in range(1, 5000))
+
+
+def test_an_epoch_of_the_sample_at_384_trains_on_few_shapes_of_the_micro_batch(sample_train, tiny_model):
+    """One epoch of the shipped sample at 384/128, grouped by length as training groups it, is fed in at most 8
+    shapes, every one of the micro batch (16). Fixed padding gives one."""
+    from bert_squad.config import WindowConfig
+    from bert_squad.data import read_squad
+    from bert_squad.features import build_features
+    from bert_squad.model import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    features = build_features(read_squad(sample_train), tokenizer, WindowConfig(384, 128, 64), None, train=True)
+    plan = BatchPlan(feature_lengths(features), 16, 1, 0, seed=42)
+    for fixed, most in ((False, 8), (True, 1)):
+        collate = Collator.for_training(tokenizer.pad_token_id, 384, fixed)
+        rows = features.select_columns(collate.columns(features))
+        shapes = {tuple(collate([rows[i] for i in batch])["input_ids"].shape) for batch in plan.epoch(0)}
+        assert 1 <= len(shapes) <= most and {n for n, _ in shapes} == {16}, shapes
 
 
 @pytest.mark.slow
