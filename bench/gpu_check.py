@@ -11,18 +11,23 @@ BUDGET_S (else recorded as not run):
    kit's wheels into a folder of their own (pip --no-index --no-deps --target), first on PYTHONPATH from then
    on; every requirement of what the kit installed checked against the kit and the host's versions
    (bench/gpu_kit.py's `unmet`). One unmet stops the command here, with the list.
-2. hf-trainer, the peer: Hugging Face's Trainer set up as run_qa.py sets it up (bench/hf_trainer.py), on the
+2. host: the machine the figures come from, so that two calls can be compared: the CPU's model and cores,
+   each GPU as nvidia-smi gives it (name, driver, clocks, power limit), and a launch-latency probe (the host's
+   time per tiny kernel, queued back to back). It runs in every call, --only or not.
+3. hf-trainer, the peer: Hugging Face's Trainer set up as run_qa.py sets it up (bench/hf_trainer.py), on the
    same model, data, batch and length at fixed padding. It runs in every call, --only or not: each row after
    it states its ratio to it (`x_trainer`).
-3. ds_bf16, with the project's batching, then with fixed padding: BERT-base with random weights
-   (bench/throughput.py's model, BERT's vocabulary from the kit) on the shipped sample at 384 tokens, stride
-   128, one DataLoader over every epoch, no export. Logged every `log_every` steps; the figure is the median
-   window after the first (warm-up), the peer's too.
-4. the `gpu` test tier (tests/test_gpu.py).
-5. correctness: the shipped sample trained in fp32 (a small BERT without dropout, the same weights, order and
+4. ds_bf16 with --compile (CUDA graphs, one a length bucket), with the project's batching and with fixed
+   padding: the goal's figures, each row with its compile time, graphs, shapes, graph breaks and graphs left
+   out of CUDA graphs. BERT-base with random weights (bench/throughput.py's model, BERT's vocabulary from the
+   kit) on the shipped sample at 384 tokens, stride 128, one DataLoader over every epoch, no export. Logged
+   every `log_every` steps; the figure is the median window after the first (warm-up and compiles), the
+   peer's too.
+5. ds_bf16 eager, with the project's batching and with fixed padding.
+6. the `gpu` test tier (tests/test_gpu.py).
+7. correctness: the shipped sample trained in fp32 (a small BERT without dropout, the same weights, order and
    fixed padding) on the device and on this host's CPU: every step's loss agrees within LOSS_RTOL.
-6. ds_fp16 and ds_zero2 rows; then ds_bf16 with --compile on fixed padding (one shape: no recompiles); then
-   ds_fp32, ds_fp32 with --tf32, and ds_zero3.
+8. ds_fp16 and ds_zero2 rows; then ds_fp32, ds_fp32 with --tf32, and ds_zero3.
 
 Every row records the optimizer class the engine built, the wrapper around it (DeepSpeed's; Accelerate's for
 the peer), the steps skipped for an fp16 overflow, the precision path and the window. What comes back fits a
@@ -31,7 +36,8 @@ after every section (a kill leaves what was done), and DIR/gpu_check.log, every 
 Each section's result line is printed as it ends; the table last. A command cut at the budget has its whole
 process group killed. Exit 1 when a section failed. Tiny mode (the default where torch sees no GPU): a
 2-layer model, 128 tokens, a few steps, no --compile (minutes of C++ builds on a CPU); a config the project
-refuses on this host (DeepSpeed's fp16 section on a CPU) is skipped with the project's reason.
+refuses on this host (DeepSpeed's fp16 section on a CPU) is skipped with the project's reason. `--dry-run`
+prints the sections and their estimates, in order, and runs nothing.
 """
 
 import argparse
@@ -39,6 +45,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,20 +65,27 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
 FILES = {"json": "gpu_check.json", "table": "gpu_check.md", "log": "gpu_check.log"}
 PEER = "hf-trainer"  # Hugging Face's Trainer as run_qa.py sets it up (bench/hf_trainer.py): in every call
+HOST = "host"  # the machine: in every call too
+ALWAYS = (HOST, PEER)
 # Seconds each section takes on one H100, start-up included: whether it still fits in what is left decides if it
 # starts. From what each took in the three calls of 2026-11-27 with the shipped configs
-# (docs/measurements/h100-2026-11-27/); the peer's includes building the two random models before it. 672 s in
-# all: by these a first call runs everything up to ds_fp32, and a second, `--only ds_fp32-tf32 ds_zero3`, the rest.
+# (docs/measurements/h100-2026-11-27/); the peer's includes building the two random models before it. The two
+# compiled rows are guesses, not yet measured: 2026-11-27's --compile row (inductor's default mode, one shape)
+# took 82 s; CUDA graphs add a recording a shape, and the project's batching compiles up to 6 shapes at 384.
+# By these a first call runs the peer, the compiled and eager goal rows, the correctness check and ds_fp16
+# (561 s), and a second, `--only gpu-tests ds_zero2 ds_fp32 ds_fp32-tf32 ds_zero3`, the rest (434 s).
 ESTIMATE_S = {
     "install": 15,
+    HOST: 10,
     PEER: 58,
+    "compile": 210,
+    "compile-fixed": 90,
     "ds_bf16": 51,
     "ds_bf16-fixed": 44,
     "gpu-tests": 116,
     "correctness": 41,
     "ds_fp16": 42,
     "ds_zero2": 53,
-    "compile": 82,
     "ds_fp32": 37,
     "ds_fp32-tf32": 36,
     "ds_zero3": 109,
@@ -107,6 +121,33 @@ VERSIONS = (
     "'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
     "'deepspeed': deepspeed.__version__, 'datasets': datasets.__version__, 'bert_squad_from': "
     "bert_squad.__file__, 'device': torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}))"
+)
+# The host's CPU, and its time per tiny kernel: LAUNCHES in-place adds of one element queued back to back on the
+# device (after 100 to warm up), then a wait for them. At batch 16 a step is bound by how fast the host issues
+# kernels, so this tells two machines apart where the GPU's own figures do not.
+LAUNCHES = 20000
+PROBE = f"""
+import json, os, platform, time, torch
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+           platform.processor())
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.zeros(1, device=device)
+def launches(n):
+    for _ in range(n):
+        x.add_(1)
+    if device == "cuda":
+        torch.cuda.synchronize()
+launches(100)
+began = time.perf_counter()
+launches({LAUNCHES})
+seconds = time.perf_counter() - began
+print(json.dumps(dict(cpu=cpu, cores=os.cpu_count(), cores_usable=len(os.sched_getaffinity(0)),
+                      launch_device=device, launch_us=seconds / {LAUNCHES} * 1e6)))
+"""
+# What nvidia-smi is asked of each GPU (--format=csv: a header line, then a line a GPU, units beside the values).
+SMI_FIELDS = (
+    "name,driver_version,pstate,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit,power.max_limit,"
+    "memory.total"
 )
 
 
@@ -255,6 +296,27 @@ def install(check: Check, kit: Path, site: Path, host_file: Optional[Path]) -> d
     )
 
 
+def host(check: Check) -> dict:
+    """The machine: CPU model and cores, the time per tiny kernel, and each GPU as nvidia-smi gives it."""
+    code, text = check.call("probe", [sys.executable, "-c", PROBE])
+    if code:
+        return dict(status="failed", why=last_line(text))
+    facts = json.loads(text.strip().splitlines()[-1])
+    if not shutil.which("nvidia-smi"):
+        return dict(status="ok", **facts, gpus=[], smi="no nvidia-smi on the PATH")
+    code, text = check.call("nvidia-smi", ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv"])
+    return dict(
+        status="ok", **facts, gpus=read_smi(text) if code == 0 else [], smi=None if code == 0 else last_line(text)
+    )
+
+
+def read_smi(text: str) -> list:
+    """nvidia-smi's --format=csv answer as one {field: value} a GPU ("clocks.max.sm [MHz]": "1980 MHz")."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    header = [field.strip() for field in lines[0].split(",")] if lines else []
+    return [dict(zip(header, (value.strip() for value in line.split(",")))) for line in lines[1:]]
+
+
 def run_metrics(check: Check, name: str, cmd: list, out: Path, env: Optional[dict] = None) -> tuple:
     """(the train_metrics.json a run wrote into `out`, or None; its output; its exit code)."""
     code, text = check.call(name, cmd, env=env)
@@ -338,6 +400,8 @@ def as_row(check: Check, row: dict, log_every: int, metrics: Optional[dict], tex
         window=win,
         batch=metrics["train_batch_size"],
         peak_memory_gib=metrics["peak_memory_gib"],
+        # --compile's cost: seconds, graphs against the shapes trained on, graph breaks, graphs out of CUDA graphs
+        compile=metrics.get("compile") and dict(metrics["compile"], shapes=len(metrics["shapes"])),
         **{k: rates[k] for k in ("samples_per_second", "tokens_per_second", "tflops_per_device", "mfu")},
     )
     return dict(status="ok", row=row)
@@ -379,9 +443,23 @@ def summary(name: str, s: dict) -> str:
     if s.get("row") and s["status"] == "ok":
         r, w = s["row"], s["row"]["window"]
         mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else ""
+        c = r.get("compile")
+        compiled = (
+            f"; compiled in {c['seconds']:.0f} s, {c['graphs']} graphs for {c['shapes']} shapes, "
+            f"{c['graph_breaks']} graph breaks, {c['cudagraph_skips']} left out of CUDA graphs"
+            if c
+            else ""
+        )
         return (
             f"{r['samples_per_second']:.1f} samples/s ({times(r['x_trainer'])} the Trainer's){mfu}, steps "
-            f"{w['steps']} (median of {w['of']} windows), {r['precision_path']}, {r['skipped_steps']} skipped steps"
+            f"{w['steps']} (median of {w['of']} windows), {r['precision_path']}, {r['skipped_steps']} skipped "
+            f"steps{compiled}"
+        )
+    if name == HOST and s["status"] == "ok":
+        gpus = "; ".join(", ".join(gpu.values()) for gpu in s["gpus"]) or s["smi"]
+        return (
+            f"{s['cpu']}, {s['cores']} cores ({s['cores_usable']} usable); {s['launch_us']:.1f} us a tiny kernel "
+            f"on the {s['launch_device']}; {gpus}"
         )
     if name == "correctness" and "devices" in s:
         return (
@@ -409,6 +487,8 @@ def markdown(result: dict) -> str:
         ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "cuda", "transformers", "deepspeed", "datasets") if k in v)
         or "versions unknown: the install section did not finish",
         "",
+        f"host: {summary(HOST, result['sections'][HOST])}" if HOST in result["sections"] else "host: not recorded",
+        "",
         "| run | config | batching | precision path | batch | window | samples/s | x Trainer | tokens/s "
         "| TFLOP/s/device | MFU | skipped steps | peak memory GiB | status |",
         "| --- | --- | --- | --- | --: | --- | --: | --: | --: | --: | --: | --: | --: | --- |",
@@ -435,8 +515,8 @@ def markdown(result: dict) -> str:
 
 def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Optional[argparse.Namespace]) -> list:
     """(name, estimated seconds, body) of every section after install, in the order of what they are worth:
-    the peer, the goal's two bf16 rows, the gpu tier, the correctness check, the other 16-bit rows, --compile,
-    fp32 without and with TF32, ZeRO-3."""
+    the host, the peer, the goal's two bf16 rows compiled and eager, the gpu tier, the correctness check, the
+    other 16-bit rows, fp32 without and with TF32, ZeRO-3."""
     mode = MODES[check.mode]
     est = mode["estimate"]
     goal = base and argparse.Namespace(**{**vars(base), "steps": mode["goal_steps"]})
@@ -444,31 +524,43 @@ def plan(check: Check, seq: int, base: Optional[argparse.Namespace], small: Opti
     def row(name: str, config: str, kind: str = "", args=None, fixed: bool = False, extra: tuple = ()) -> tuple:
         return name, est[kind or name], lambda: measure(check, name, config, args or base, fixed, extra)
 
-    compile_row = f"ds_bf16-fixed-{seq}-compile"
-    compiled = row(compile_row, "ds_bf16", "compile", fixed=True, extra=("--compile",))[2]
+    def compiled(name: str, kind: str, fixed: bool) -> tuple:
+        if check.mode == "gpu":
+            return row(name, "ds_bf16", kind, goal, fixed, extra=("--compile",))
+        why = "tiny mode: inductor builds C++ for minutes on a CPU (tests/test_train.py compiles there)"
+        return name, est[kind], lambda: dict(status="skipped", why=why)
+
     return [
+        (HOST, est[HOST], lambda: host(check)),
         (PEER, est[PEER], lambda: peer(check, goal)),
+        compiled("ds_bf16-compile", "compile", fixed=False),
+        compiled(f"ds_bf16-fixed-{seq}-compile", "compile-fixed", fixed=True),
         row("ds_bf16", "ds_bf16", args=goal),
         row(f"ds_bf16-fixed-{seq}", "ds_bf16", "ds_bf16-fixed", goal, fixed=True),
         ("gpu-tests", est["gpu-tests"], lambda: gpu_tests(check)),
         ("correctness", est["correctness"], lambda: correctness(check, small)),
         row("ds_fp16", "ds_fp16"),
         row("ds_zero2", "ds_zero2"),
-        (
-            compile_row,
-            est["compile"],
-            compiled
-            if check.mode == "gpu"
-            else lambda: dict(
-                status="skipped",
-                why="tiny mode: inductor builds C++ for minutes on a CPU; --compile is measured "
-                "on a GPU only (tests/test_train.py covers it)",
-            ),
-        ),
         row("ds_fp32", "ds_fp32"),
         row("ds_fp32-tf32", "ds_fp32", extra=("--tf32",)),
         row("ds_zero3", "ds_zero3"),
     ]
+
+
+def dry_run(check: Check, seq: int, only: Optional[list]) -> int:
+    """Print each section a call would start, by its estimate against what is left of the budget, and run none."""
+    left = check.budget
+    for name, estimate, _ in [
+        ("install", MODES[check.mode]["estimate"]["install"], None),
+        *plan(check, seq, None, None),
+    ]:
+        if only and name not in only and name not in ("install", *ALWAYS):
+            continue
+        runs = estimate <= left
+        left -= estimate if runs else 0
+        print(f"{name:28} {estimate:4.0f} s  {'runs' if runs else 'not run: does not fit'}")
+    print(f"{check.budget - left:.0f} s of the {check.budget} s budget")
+    return 0
 
 
 def models(check: Check, kit: Path, seq: int) -> tuple:
@@ -497,7 +589,7 @@ def main() -> int:
         "--only",
         nargs="+",
         metavar="SECTION",
-        help=f"after install and {PEER}, only these sections (names as the report gives them)",
+        help=f"after install, {HOST} and {PEER}, only these sections (names as the report gives them)",
     )
     p.add_argument(
         "--host-packages",
@@ -505,12 +597,19 @@ def main() -> int:
         metavar="FILE",
         help="the host's `pip list --format=freeze`, read from FILE instead of asking pip",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the sections a call would run by their estimates (GPU mode unless --tiny), run nothing",
+    )
     args = p.parse_args()
     import torch  # the host's, before the kit is on the path
 
-    mode = "tiny" if args.tiny or not torch.cuda.is_available() else "gpu"
+    mode = "tiny" if args.tiny or not (torch.cuda.is_available() or args.dry_run) else "gpu"
     seq = MODES[mode]["seq"]
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        if args.dry_run:
+            return dry_run(Check(Path(tmp) / "out", mode, Path(tmp)), seq, args.only)
         check = Check(args.out, mode, Path(tmp))
         (check.work / "site").mkdir()
         check.section(
@@ -522,7 +621,7 @@ def main() -> int:
             check.stop([name for name, *_ in plan(check, seq, None, None)], "install did not succeed: see its line")
         else:
             for name, estimate, body in plan(check, seq, *models(check, args.kit, seq)):
-                if not args.only or name in args.only or name == PEER:
+                if not args.only or name in args.only or name in ALWAYS:
                     check.section(name, estimate, body)
     print("\n" + markdown(check.result), flush=True)
     return 1 if any(s["status"] == "failed" for s in check.result["sections"].values()) else 0

@@ -22,8 +22,8 @@ With `--epochs` it trains the project's accuracy recipe instead, for the accurac
 (bench/accuracy.sh --trainer): --epochs, --learning-rate, --seed and the dropout rates as the project's run
 takes them, linear warmup over --warmup-ratio of the steps then linear decay, weight decay 0.01 (not on biases
 and LayerNorm), gradient norm clipped to 1, fp32, each batch padded to its longest and grouped by length
-(`train_sampling_strategy="group_by_length"`), as the project batches; then the saved model is evaluated by the project's `evaluate` on
---eval-file (the same post-processing and official-rule scorer), into OUT/eval.
+(`train_sampling_strategy="group_by_length"`), as the project batches; then the saved model is evaluated by
+the project's `evaluate` on --eval-file (the same post-processing and official-rule scorer), into OUT/eval.
 """
 
 import argparse

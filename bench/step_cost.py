@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""What the host issues per optimizer step, counted on a CPU: aten ops and host reads.
+"""What the host issues per optimizer step, counted on a CPU: aten ops, host reads and device synchronizes.
 
 At batch 16 a BERT-base step on an H100 is bound by what the host dispatches, not by FLOPs, so the number of
 aten ops the host dispatches per step (and the host reads among them, `aten._local_scalar_dense`: `.item()`,
-`float(t)`, `bool(t)`, each a wait for a GPU) stands for the step's time on such a device. Counted with a
+`float(t)`, `bool(t)`, each a wait for a GPU) stands for the step's time on such a device; so do the device
+synchronizes (`torch.cuda.synchronize`, DeepSpeed's accelerator `synchronize`: a wait for every queued kernel, which
+returns at once on a CPU, so they are counted as calls). Ops and reads are counted with a
 `TorchDispatchMode` on a model with BERT-base's structure (12 layers, 199 parameter tensors) and a tiny width,
 so that it runs in seconds here. Each count comes from runs of 2 and 6 optimizer steps in fresh processes: the
 difference over 4 steps, so start-up, features and the first step's set-up cancel out.
@@ -34,8 +36,11 @@ SAMPLE = ROOT / "bert_squad" / "sample" / "train-v1.1.json"
 SHAPE = dict(num_hidden_layers=12, hidden_size=64, num_attention_heads=2, intermediate_size=256)
 STEPS = (2, 6)
 
+SYNC = "device synchronize"  # torch.cuda.synchronize and DeepSpeed's accelerator synchronize, counted apart from ops
 # Run in a fresh process: count the ops of `steps` optimizer steps of the plain loop or of the project.
-COUNT = r"""
+COUNT = (
+    f"SYNC = {SYNC!r}\n"
+    + r"""
 import collections, json, sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,6 +56,19 @@ class Count(TorchDispatchMode):
 
 mode, model, steps, seq, out, extra = *sys.argv[1:3], *map(int, sys.argv[3:5]), sys.argv[5], sys.argv[6:]
 counter = Count()
+
+def counting(synchronize):
+    def wrapped(*args, **kwargs):
+        counter.ops[SYNC] += 1
+        return synchronize(*args, **kwargs)
+    return wrapped
+
+# Device-wide waits that are no aten op: they return at once on a CPU, where a GPU waits for its whole queue.
+torch.cuda.synchronize = counting(torch.cuda.synchronize)
+if mode != "plain":
+    from deepspeed.accelerator import get_accelerator
+    accelerator = get_accelerator()
+    accelerator.synchronize = counting(accelerator.synchronize)
 if mode == "plain":
     from transformers import AutoModelForQuestionAnswering
     m = AutoModelForQuestionAnswering.from_pretrained(model).train()
@@ -85,6 +103,7 @@ else:
         sys.exit(f"python -m bert_squad {' '.join(args)}: exit {code}")
 print(json.dumps(counter.ops))
 """
+)
 
 
 def make_model(out: Path, tokenizer: str) -> None:
@@ -140,10 +159,12 @@ def runnable(config: str, folder: Path) -> tuple[str, str]:
 
 
 def row(name: str, ops: collections.Counter, floor: collections.Counter, by_op: int = 0) -> dict:
-    """A table row: ops and host reads per step, against the floor of its precision (the `by_op` ops whose
-    counts differ most from the floor's)."""
+    """A table row: ops, host reads and device synchronizes per step, against the floor of its precision (the
+    `by_op` ops whose counts differ most from the floor's)."""
+    syncs = ops[SYNC]
+    ops, floor = (collections.Counter({op: n for op, n in c.items() if op != SYNC}) for c in (ops, floor))
     total = sum(ops.values())
-    counts = {"run": name, "ops": total, "host_reads": ops["aten._local_scalar_dense"]}
+    counts = {"run": name, "ops": total, "host_reads": ops["aten._local_scalar_dense"], "synchronizes": syncs}
     changes = sorted(
         ((ops[op] - floor[op], op) for op in ops | floor if ops[op] != floor[op]), key=lambda c: -abs(c[0])
     )
@@ -172,12 +193,14 @@ def main() -> None:
         for path, name in counted:
             ops = per_step(path, model, args.seq, [str(SAMPLE)])
             rows.append(row(name, ops, floors[precisions[name]], args.by_op))
-    print("| run | aten ops per step | x the plain step | host reads per step |")
-    print("|---|--:|--:|--:|")
+    print("| run | aten ops per step | x the plain step | host reads per step | device synchronizes per step |")
+    print("|---|--:|--:|--:|--:|")
     for r in rows:
-        print(f"| {r['run']} | {r['ops']:,.0f} | {r['x_floor']:.2f} | {r['host_reads']:.0f} |")
+        print(
+            f"| {r['run']} | {r['ops']:,.0f} | {r['x_floor']:.2f} | {r['host_reads']:.0f} | {r['synchronizes']:.0f} |"
+        )
         for op, n in r.get("differs", {}).items():
-            print(f"|   {op} | {n:+,.1f} | | |")
+            print(f"|   {op} | {n:+,.1f} | | | |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

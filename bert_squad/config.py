@@ -235,7 +235,7 @@ class SpeedConfig:
     """speed"""
 
     pad_to_max_length: bool = option(False, "pad every batch to --max-seq-length (for comparison)")
-    compile: bool = option(False, "torch.compile the model")
+    compile: bool = option(False, "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU")
     tf32: bool = option(
         False,
         "fp32 matrix products on an NVIDIA GPU's tensor cores in TF32 (10-bit mantissa), as Hugging Face's --tf32",

@@ -87,13 +87,16 @@ class Meter:
         self.started = self.t0 = time.perf_counter()
         self.window = dict.fromkeys(self.KEYS, 0)
         self.total = dict.fromkeys(self.KEYS, 0)
+        self.shapes: set[tuple[int, int]] = set()  # (rows, tokens) of the micro batches: a compiled graph each
 
     def add(self, batch: dict[str, torch.Tensor], loss: torch.Tensor | None = None) -> None:
-        """Count a micro batch (its host copy, before it moves to the device) and its loss."""
+        """Count a micro batch (its host copy, before it moves to the device) and its loss. The host copy's
+        tokens are summed by numpy: no torch op, so nothing in the step that reads a tensor back."""
         n, s = batch["input_ids"].shape
+        self.shapes.add((n, s))
         counts = {
             "samples": n,
-            "tokens": int(batch["attention_mask"].sum()),
+            "tokens": int(batch["attention_mask"].numpy().sum()),
             "flops": n * flops_per_sample(self.shape, s),
             "micro_batches": 1,
             "loss": 0 if loss is None else loss.detach().float(),

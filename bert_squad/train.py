@@ -33,6 +33,7 @@ from bert_squad import (
     best,
     cache,
     checkpoint,
+    compiling,
     config,
     data,
     distributed,
@@ -228,7 +229,7 @@ def build(inputs: Inputs, device: torch.device) -> Run:
         # One rank has no gradient to average: DeepSpeed would still copy every one into a bucket and back.
         engine.enable_backward_allreduce = False
     if cfg.speed.compile:
-        engine.compile()
+        compiling.compile_model(engine.module, device.type)
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
     collate = Collator.for_training(
         inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, cfg.speed.pad_to_max_length
@@ -375,9 +376,10 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
         output_dir = best.start_pending(inputs.cfg.data.output_dir)
     postprocess, pad_id = inputs.cfg.postprocess, inputs.tokenizer.pad_token_id
     features, autocast = run.work.dev_features, eval_autocast(run.engine, run.device)
-    result = predict(
-        run.engine.module, inputs.dev_examples, features, run.device, pad_id, postprocess, inputs.dist, autocast
-    )
+    with torch.compiler.set_stance("force_eager"):  # --compile's graphs are training's (bert_squad/compiling.py)
+        result = predict(
+            run.engine.module, inputs.dev_examples, features, run.device, pad_id, postprocess, inputs.dist, autocast
+        )
     metrics = score_predictions(result, inputs.dev_examples, postprocess.lang, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
@@ -461,6 +463,8 @@ def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: lis
         "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
         "deepspeed_config": work.ds_config.as_dict(),
         "config": dataclasses.asdict(run.inputs.cfg),
+        "shapes": sorted(run.meter.shapes),  # this rank's micro batches, (rows, tokens)
+        "compile": compiling.stats() if run.inputs.cfg.speed.compile else None,
         **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
     }
 

@@ -37,6 +37,8 @@ def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_
     )
     assert (result["device"], result["precision"], result["max_seq_length"]) == ("cpu", "fp32", 256)
     assert "--pad-to-max-length" in r.stdout and "project batching" in r.stdout and "fixed 256 padding" in r.stdout
+    share = result["real_token_share"]  # a length bucket holds each batch's longest, the maximum every bucket
+    assert 0 < share["max_length"] <= share["bucket"] <= share["longest"] <= 1, share
 
 
 def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_train, tmp_path):
@@ -200,6 +202,39 @@ def section_lines(lines):
 
 
 @pytest.mark.cpu
+def test_gpu_check_plans_the_host_the_trainer_and_the_compiled_rows_first_within_its_budget(tmp_path):
+    """--dry-run on this CPU plans a GPU call by the sections' estimates: install, the host, the Trainer, then the
+    two compiled goal rows, all within the budget; with --only, the host and the Trainer still run."""
+    r = bench("gpu_check.py", "--dry-run", "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    planned = [line.split()[0] for line in r.stdout.splitlines() if line.split()[-1:] == ["runs"]]
+    assert planned[:5] == ["install", "host", "hf-trainer", "ds_bf16-compile", "ds_bf16-fixed-384-compile"]
+    spent, budget = map(int, re.search(r"^(\d+) s of the (\d+) s budget$", r.stdout, re.M).groups())
+    assert spent <= budget == 570 and not (tmp_path / "out").exists()
+    r = bench("gpu_check.py", "--dry-run", "--out", tmp_path / "out", "--only", "ds_zero3")
+    planned = [line.split()[0] for line in r.stdout.splitlines() if line.split()[-1:] == ["runs"]]
+    assert planned == ["install", "host", "hf-trainer", "ds_zero3"]
+
+
+def test_gpu_check_reads_each_gpu_of_nvidia_smi(tmp_path):
+    """nvidia-smi's CSV as an H100 host printed it: a {field: value} a GPU, units kept."""
+    gpu_check = bench_module("gpu_check")
+    text = (
+        "name, memory.total [MiB], driver_version, clocks.max.sm [MHz]\n"
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04, 1980 MHz\n"
+    )
+    assert gpu_check.read_smi(text) == [
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "memory.total [MiB]": "81559 MiB",
+            "driver_version": "580.159.04",
+            "clocks.max.sm [MHz]": "1980 MHz",
+        }
+    ]
+    assert gpu_check.read_smi(text + text.splitlines()[1]) == gpu_check.read_smi(text) * 2
+    assert gpu_check.read_smi("") == []
+
+
 def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     """bench/gpu_check.py end to end on a CPU with tiny shapes, from a kit of the project's wheel alone (built
     offline): each section's line printed as it ends (the first while the rest still runs), the table last;
@@ -235,14 +270,16 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
         == list(sections)
         == [
             "install",
+            "host",
             "hf-trainer",
+            "ds_bf16-compile",
+            "ds_bf16-fixed-128-compile",
             "ds_bf16",
             "ds_bf16-fixed-128",
             "gpu-tests",
             "correctness",
             "ds_fp16",
             "ds_zero2",
-            "ds_bf16-fixed-128-compile",
             "ds_fp32",
             "ds_fp32-tf32",
             "ds_zero3",
@@ -265,13 +302,16 @@ def test_gpu_check_runs_every_section_in_tiny_mode(tmp_path):
     assert loss["status"] == "ok" and loss["devices"] == {"device": "cpu", "cpu": "cpu"}
     assert len(loss["losses"]["device"]) == loss["steps"] == 4 and loss["max_relative_difference"] <= loss["tolerance"]
     assert sections["gpu-tests"]["status"] == "skipped" and sections["gpu-tests"]["counts"]["skipped"] >= 1
-    assert sections["ds_bf16-fixed-128-compile"]["status"] == "skipped"
+    assert sections["ds_bf16-fixed-128-compile"]["status"] == sections["ds_bf16-compile"]["status"] == "skipped"
+    machine = sections["host"]  # this CPU: its model, its cores, and its time per tiny op
+    assert machine["status"] == "ok" and machine["cpu"] and machine["cores"] >= machine["cores_usable"] >= 1
+    assert machine["launch_device"] == "cpu" and machine["launch_us"] > 0
     table = (out / "gpu_check.md").read_text()
-    assert "| samples/s | x Trainer |" in table and "- correctness: ok" in table
+    assert "| samples/s | x Trainer |" in table and "- correctness: ok" in table and "\nhost: " in table
     assert all(f"| {name} | {row['config']} |" in table for name, row in rows.items())
     assert all(f"| {row['x_trainer']:.2f}x |" in table for row in rows.values() if row["status"] == "ok")
     log = (out / "gpu_check.log").read_text()
-    ran = ("pip list", "install", "hf-trainer", "ds_fp32", "fp32-on-cpu", "gpu-tests")
+    ran = ("pip list", "install", "probe", "hf-trainer", "ds_fp32", "fp32-on-cpu", "gpu-tests")
     assert all(f"===== {name}: $" in log for name in ran)
     assert re.search(r"===== ds_fp32-tf32: \$ .* --tf32$", log, re.M) and "hf_trainer.py" in log
 
@@ -360,16 +400,18 @@ def test_a_cut_section_leaves_no_process_and_a_later_one_that_cannot_fit_is_not_
 
 
 def test_the_shipped_steps_cost_the_host_what_a_plain_torch_step_does(tmp_path):
-    """bench/step_cost.py counts the aten ops and host reads of the project's real training steps on BERT-base's
-    structure (199 parameter tensors): ds_bf16 and ds_fp32 dispatch at most 10 % more ops than the hand-written
-    torch step of their precision, and read from the device at most 3 times a step."""
+    """bench/step_cost.py counts the aten ops, host reads and device synchronizes of the project's real training
+    steps on BERT-base's structure (199 parameter tensors): ds_bf16 and ds_fp32 dispatch at most 10 % more ops
+    than the hand-written torch step of their precision, read from the device at most once a step, and never
+    wait for its whole queue."""
     out = tmp_path / "rows.json"
     r = bench("step_cost.py", "ds_bf16", "ds_fp32", "--json", out, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {row["run"]: row for row in json.loads(out.read_text())}
     assert rows.keys() == {"plain torch, bf16", "plain torch, fp32", "ds_bf16", "ds_fp32"}
     for name in ("ds_bf16", "ds_fp32"):
-        assert rows[name]["x_floor"] <= 1.10 and rows[name]["host_reads"] <= 3, rows[name]
+        assert rows[name]["x_floor"] <= 1.10 and rows[name]["host_reads"] <= 1, rows[name]
+        assert rows[name]["synchronizes"] == 0, rows[name]
     assert rows["plain torch, bf16"]["ops"] > 1000  # a whole step of twelve layers was counted
 
 
