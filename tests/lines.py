@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = {
     "compat": ("transformers4",),
     "multinode": ("multinode",),  # the 2-node cluster of network namespaces
+    "demo": ("demo",),  # make demo's recipe, trained for its F1 floor
     "bench": ("bench",),
     "single-node": ("slurm", "container"),  # the single-node Slurm, the Container Engine's stand-in, Charliecloud
     "training": ("heavy",),  # the files that train the most

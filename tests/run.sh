@@ -86,6 +86,15 @@ single_node_then_compat() {
     return "$rc"
 }
 
+# The multinode cluster, then make demo's recipe (one training of a few minutes).
+multinode_then_demo() {
+    local rc=0
+    session multinode || rc=$?
+    echo "--- demo:"
+    session demo || rc=$?
+    return "$rc"
+}
+
 # A line in the background: its output to $VENV/test-NAME.log, its exit code to $VENV/test-NAME.rc.
 background() {
     local name=$1
@@ -94,9 +103,9 @@ background() {
     { local rc=0; "$@" > "$VENV/test-$name.log" 2>&1 || rc=$?; echo "$rc" > "$VENV/test-$name.rc"; } &
 }
 
-# Four lines side by side, every session always run, any one failing fails the run: the multinode cluster, the
-# single-node Slurm and the containers then compat, the training-heavy files then bench, and the rest in the
-# foreground. The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node
+# Four lines side by side, every session always run, any one failing fails the run: the multinode cluster then
+# the demo's recipe, the single-node Slurm and the containers then compat, the training-heavy files then bench,
+# and the rest in the foreground. The cluster tiers spend much of their time waiting on Slurm (job starts, time limits, node
 # timeouts, KillWait), and one session of training tests keeps at most one core busy while its ranks start, load
 # and wait on each other: so the waits of two lines overlap the work of the others. The whole suite runs every
 # tier: a test skipped for anything but this host's hardware (not root, a Debian package or ../shared missing)
@@ -105,10 +114,10 @@ background() {
 whole_suite() {
     export BERT_SQUAD_REQUIRE_ALL=${BERT_SQUAD_REQUIRE_ALL:-1}
     lint
-    local lines=(multinode single-node-compat training-bench) rest=0 summary name
+    local lines=(multinode-demo single-node-compat training-bench) rest=0 summary name
     echo "three lines run beside the rest (${lines[*]}); their output follows at the end (live: tail -f" \
          "$VENV/test-${lines[0]}.log and the like)"
-    background "${lines[0]}" session multinode
+    background "${lines[0]}" multinode_then_demo
     background "${lines[1]}" single_node_then_compat
     background "${lines[2]}" training_then_bench
     session rest || rest=$?

@@ -22,8 +22,13 @@ def test_every_declared_marker_is_a_sessions_or_says_what_a_test_is():
 
 def test_the_expressions_claim_in_the_sessions_order():
     assert lines.expression("multinode") == "(multinode) and not (transformers4)"
-    assert lines.expression("single-node") == "(slurm or container) and not (transformers4 or multinode or bench)"
-    assert lines.expression(lines.REST) == "not (transformers4 or multinode or bench or slurm or container or heavy)"
+    assert (
+        lines.expression("single-node") == "(slurm or container) and not (transformers4 or multinode or demo or bench)"
+    )
+    assert (
+        lines.expression(lines.REST)
+        == "not (transformers4 or multinode or demo or bench or slurm or container or heavy)"
+    )
     assert lines.arguments("compat")[:2] == ["-m", "compat or (transformers4)"]
 
 
