@@ -4,7 +4,8 @@
 # samples/s and peak memory. Defaults are docs/performance.md's accuracy recipe; override with EPOCHS=, LR=,
 # CONFIG=, SEQ=; further arguments go to the training (--seed, --dropout, --attention-dropout, ...).
 # TRAINER=1 trains the same recipe with Hugging Face's Trainer instead (bench/hf_trainer.py --epochs), and
-# evaluates its model with the project's evaluate: the accuracy table's Trainer rows.
+# evaluates its model with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0
+# evaluation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -30,23 +31,24 @@ else
     v1=$OUT model=$OUT
 fi
 trained=$(date +%s)
-$PY -m bert_squad evaluate --model-dir "$model" --eval-file "$DATA/dev-v2.0-subset.json" --output-dir "$OUT/v2" \
-    --max-seq-length "$SEQ"
+[ "${V2:-1}" = 0 ] || $PY -m bert_squad evaluate --model-dir "$model" --eval-file "$DATA/dev-v2.0-subset.json" \
+    --output-dir "$OUT/v2" --max-seq-length "$SEQ"
 end=$(date +%s)
 
 $PY - "$v1" "$OUT" "$((trained - start))" "$((end - trained))" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 v1_dir, out, train_s, v2_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 v1 = json.load(open(f"{v1_dir}/eval_metrics.json"))
-v2 = json.load(open(f"{out}/v2/eval_metrics.json"))
+v2 = json.load(open(f"{out}/v2/eval_metrics.json")) if os.path.exists(f"{out}/v2/eval_metrics.json") else None
 tm = json.load(open(f"{out}/train_metrics.json"))
 rate = statistics.median(log["samples_per_second"] for log in tm["logs"][1:] or tm["logs"])
 print(f"dev-v1.1-subset: EM {v1['exact_match']:.2f} F1 {v1['f1']:.2f}")
-print(f"dev-v2.0-subset: EM {v2['exact']:.2f} F1 {v2['f1']:.2f} (HasAns F1 {v2['HasAns_f1']:.2f}, "
-      f"NoAns {v2['NoAns_exact']:.2f}, best F1 {v2.get('best_f1', float('nan')):.2f} at threshold {v2.get('best_f1_thresh', float('nan')):.2f})")
+if v2:
+    print(f"dev-v2.0-subset: EM {v2['exact']:.2f} F1 {v2['f1']:.2f} (HasAns F1 {v2['HasAns_f1']:.2f}, "
+          f"NoAns {v2['NoAns_exact']:.2f}, best F1 {v2.get('best_f1', float('nan')):.2f} at threshold {v2.get('best_f1_thresh', float('nan')):.2f})")
 print(f"wall time: train+eval {train_s}s (median {rate:.1f} samples/s a log window, peak {tm['peak_memory_gib']:.1f} GiB), "
       f"v2 eval {v2_s}s")
-print(json.dumps({"v1_exact_match": v1["exact_match"], "v1_f1": v1["f1"], "v2_exact": v2["exact"], "v2_f1": v2["f1"],
+print(json.dumps({"v1_exact_match": v1["exact_match"], "v1_f1": v1["f1"], **({"v2_exact": v2["exact"], "v2_f1": v2["f1"]} if v2 else {}),
                   "train_eval_seconds": train_s, "v2_eval_seconds": v2_s, "samples_per_second": rate,
                   "peak_memory_gib": tm["peak_memory_gib"]}))
 PY

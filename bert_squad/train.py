@@ -393,7 +393,7 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
 def eval_autocast(engine: deepspeed.DeepSpeedEngine, device: torch.device) -> Optional[torch.dtype]:
     """The dtype a run's evaluation computes in under autocast: the training's autocast dtype on a GPU, so an
     evaluation costs what the training's forward does (16-bit weights compute in theirs without it). A CPU
-    evaluates in fp32, where bf16 autocast is not faster (docs/performance.md)."""
+    evaluates in fp32: bf16 autocast is not measured faster there, and most CPUs emulate bf16."""
     return engine.torch_autocast_dtype() if engine.torch_autocast_enabled() and device.type == "cuda" else None
 
 
