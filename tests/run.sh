@@ -59,12 +59,13 @@ session() {
     "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${ARGS[@]}"
 }
 
-# The training-heavy files, then the benchmarks' own: the two lines of CPU work beside the rest's.
-training_then_bench() {
+# Two sessions one after the other, both always run: the training-heavy files then the benchmarks' own (the two
+# sessions of CPU work beside the rest's), the multinode cluster then make demo's recipe (one training of minutes).
+two_sessions() {
     local rc=0
-    session training || rc=$?
-    echo "--- bench:"
-    session bench || rc=$?
+    session "$1" || rc=$?
+    echo "--- $2:"
+    session "$2" || rc=$?
     return "$rc"
 }
 
@@ -83,15 +84,6 @@ single_node_then_compat() {
         tail -20 "$VENV/compat-install.log"
         rc=1
     fi
-    return "$rc"
-}
-
-# The multinode cluster, then make demo's recipe (one training of a few minutes).
-multinode_then_demo() {
-    local rc=0
-    session multinode || rc=$?
-    echo "--- demo:"
-    session demo || rc=$?
     return "$rc"
 }
 
@@ -117,9 +109,9 @@ whole_suite() {
     local lines=(multinode-demo single-node-compat training-bench) rest=0 summary name
     echo "three lines run beside the rest (${lines[*]}); their output follows at the end (live: tail -f" \
          "$VENV/test-${lines[0]}.log and the like)"
-    background "${lines[0]}" multinode_then_demo
+    background "${lines[0]}" two_sessions multinode demo
     background "${lines[1]}" single_node_then_compat
-    background "${lines[2]}" training_then_bench
+    background "${lines[2]}" two_sessions training bench
     session rest || rest=$?
     wait
     summary="rest: exit $rest"
