@@ -288,8 +288,9 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
 def loop(run: Run) -> int:
     """Train to the planned step; EXIT_STOPPED when a signal asked every rank to stop at a checkpoint.
 
-    The host waits for the device only at the log and stop-check steps, and under fp16 where the loss scaler
-    reads back whether the step overflowed. Clipping stays on the device (docs/performance.md: the step's cost)."""
+    The host waits for the device only at the log and stop-check steps, and under fp16 where the loop reads
+    whether the loss scaler found an overflow (`unscale_and_clip`). Clipping stays on the device
+    (docs/performance.md: the step's cost)."""
     engine, progress, total, device = run.engine, run.progress, run.work.total_steps, run.device
     train, faults, dist = run.inputs.cfg.train, run.inputs.cfg.faults, run.inputs.dist
     clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
@@ -338,11 +339,11 @@ def loop(run: Run) -> int:
 def unscale_and_clip(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Parameter], max_norm: float) -> None:
     """The step's gradients made ready for DeepSpeed's optimizer step, on the device.
 
-    Under fp16 autocast torch's loss scaler unscales them first and says whether any overflowed (a host read,
-    fp16 only; its own step would read the same). DeepSpeed reads `optimizer.overflow` after its step, as its
-    16-bit wrappers set it: the step then counts as skipped and the LR scheduler stays where it is, as HF's
-    Trainer leaves it; torch's AdamW has no such attribute, so without it the skip went uncounted. Then the
-    gradient norm is clipped to `max_norm` (0: not) in one foreach call."""
+    Under fp16 autocast torch's loss scaler unscales them first and says whether any overflowed: a host read,
+    fp16's only one, since DeepSpeed must know before its step whether to count it. DeepSpeed reads
+    `optimizer.overflow` after its step, as its 16-bit wrappers set it: the step then counts as skipped and the
+    LR scheduler stays where it is, as HF's Trainer leaves it; torch's AdamW has no such attribute, so without it
+    the skip went uncounted. Then the gradient norm is clipped to `max_norm` (0: not) in one foreach call."""
     scaler = engine.torch_autocast_z0_gradscaler
     if scaler:
         scaler.unscale_(engine.optimizer)
