@@ -1,6 +1,8 @@
 """`make demo`'s recipe learns the task: it trains MiniLM-L6 on the shipped sample as the Makefile does, and
 its dev F1 stays above a floor, so a change to what training computes cannot lower it unseen. Its model also
-evaluates in bf16 autocast within half a point of fp32, as a training run's evaluation does on a GPU."""
+evaluates in bf16 autocast within half a point of fp32, as a training run's evaluation does on a GPU: on the
+first questions of the dev set, since a CPU without bf16 instructions emulates it (the whole dev set took 10x
+fp32's time here, at the same F1: docs/performance.md)."""
 
 import json
 import shlex
@@ -12,14 +14,15 @@ from helpers import ROOT, run_bert_squad
 
 from bert_squad import evaluate, model
 from bert_squad.config import PostprocessConfig, WindowConfig
-from bert_squad.data import read_squad
+from bert_squad.data import Examples, read_squad
 from bert_squad.features import build_features
 
 pytestmark = [pytest.mark.slow, pytest.mark.demo]
 
-# README's figure, measured with this recipe on a 2-core development machine, less room for another machine's
-# float rounding over 4 epochs: the recipe of the code before dropout was switched on fell to F1 58.6.
+# F1 98.25 with this recipe (README's figure), less room for another machine's float rounding over 4 epochs; the
+# recipe of the code before dropout was switched on fell to F1 58.6.
 F1_FLOOR = 93.0
+BF16_QUESTIONS = 32  # the dev questions evaluated both ways
 
 
 def _make(target):
@@ -38,7 +41,8 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
     windows = WindowConfig(max_seq_length=256, doc_stride=96)
     assert recipe[recipe.index("--max-seq-length") + 1] == "256" and recipe[recipe.index("--doc-stride") + 1] == "96"
     module, tokenizer = model.load_qa_model(out), model.load_tokenizer(out)
-    examples = read_squad(recipe[recipe.index("--eval-file") + 1])
+    dev = read_squad(recipe[recipe.index("--eval-file") + 1])
+    examples = Examples(dev.records[:BF16_QUESTIONS], dev.source, dev.version_2)
     features = build_features(examples, tokenizer, windows, cache, train=False)
     f1 = {}
     for dtype in (None, torch.bfloat16):
@@ -46,5 +50,4 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
             module, examples, features, torch.device("cpu"), tokenizer.pad_token_id, PostprocessConfig(), autocast=dtype
         )
         f1[dtype] = evaluate.score_predictions(result, examples, None)["f1"]
-    assert f1[None] == pytest.approx(fp32["f1"])  # the same evaluation as the run's own
     assert abs(f1[torch.bfloat16] - f1[None]) <= 0.5, f1
