@@ -127,7 +127,9 @@ def test_a_forked_run_ends_as_the_interpreter_ends(tmp_path, ending):
         if how == "forked":
             run = _forked(args, dict(preloaded.SESSION_ENV), folder)
         else:
-            done = subprocess.run([PYTHON, *args], capture_output=True, text=True, env=preloaded.SESSION_ENV)
+            done = subprocess.run(
+                [PYTHON, *args], capture_output=True, text=True, env=preloaded.SESSION_ENV, timeout=300
+            )
             run = done.returncode, done.stdout, done.stderr
         code, *printed = run
         seen[how] = code, *(text.replace(str(folder), "FOLDER") for text in printed), (folder / "kept.txt").read_text()
