@@ -217,11 +217,18 @@ def write_marker(path: str | Path, record: dict[str, Any], files: dict[str, list
 # --- save -----------------------------------------------------------------------------------------
 
 
-def optimizer_name(engine: Any) -> str:
-    """The optimizer class the engine steps, and the DeepSpeed wrapper around it where there is one."""
+def optimizer_classes(engine: Any) -> tuple[str | None, str | None]:
+    """The optimizer class the engine steps (None: none built) and the DeepSpeed wrapper around it for 16-bit
+    weights or ZeRO (None: the engine steps the optimizer itself)."""
     basic, built = engine.basic_optimizer, engine.optimizer
-    name = f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else "none"
-    return name if built is basic else f"{name} in {type(built).__name__}"
+    name = f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else None
+    return name, None if built is basic else type(built).__name__
+
+
+def optimizer_name(engine: Any) -> str:
+    """The optimizer the engine steps in one string, as a checkpoint's marker records it."""
+    name, wrapper = optimizer_classes(engine)
+    return f"{name or 'none'} in {wrapper}" if wrapper else name or "none"
 
 
 def _mark_complete(path: Path, parts: list[Any], progress: Progress, stamp: Stamp, optimizer: str) -> None:

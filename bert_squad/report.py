@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bert_squad import distributed, perf
+from bert_squad import checkpoint, distributed, perf
 
 if TYPE_CHECKING:  # types only: importing them here would import torch's companions into every command
     from collections.abc import Mapping
@@ -69,11 +69,11 @@ def engine_facts(engine: Any) -> dict[str, Any]:
     """What the DeepSpeed engine built: the optimizer's class (torch's, or one of DeepSpeed's), the wrapper
     DeepSpeed put around it for 16-bit weights or ZeRO (None: it steps the optimizer itself), the autocast
     dtype, and the steps skipped for an fp16 overflow so far. Two runs' speeds compare only where these do."""
-    basic, built = engine.basic_optimizer, engine.optimizer
+    optimizer, wrapper = checkpoint.optimizer_classes(engine)
     autocast = str(engine.torch_autocast_dtype()).replace("torch.", "") if engine.torch_autocast_enabled() else None
     return {
-        "optimizer": f"{type(basic).__module__}.{type(basic).__qualname__}" if basic is not None else None,
-        "optimizer_wrapper": None if built is basic else type(built).__name__,
+        "optimizer": optimizer,
+        "optimizer_wrapper": wrapper,
         "autocast": autocast,
         "skipped_steps": engine.skipped_steps,
     }

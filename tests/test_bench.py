@@ -326,7 +326,9 @@ def assert_tiny_rows(rows):
     for name in ("ds_bf16", "ds_bf16-fixed-128", "ds_fp16", "ds_fp32", "ds_fp32-tf32"):
         row = rows[name]
         assert row["status"] == "ok" and row["samples_per_second"] > 0, row
-        assert row["optimizer"] == "torch.optim.adamw.AdamW" and row["skipped_steps"] == 0, row
+        assert row["optimizer"] == "torch.optim.adamw.AdamW", row
+        # fp16's loss scale starts at 2^16: a first step may overflow and be skipped (counted); no other path skips
+        assert row["skipped_steps"] == 0 or (name == "ds_fp16" and row["skipped_steps"] <= 2), row
         assert row["window"]["of"] == len(row["window"]["samples_per_second_per_window"]) - 1 >= 1, row
         assert row["x_trainer"] == pytest.approx(row["samples_per_second"] / peer["samples_per_second"]), row
     assert rows["ds_bf16"]["precision_path"] == "bf16: AdamW under bfloat16 autocast"

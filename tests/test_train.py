@@ -83,8 +83,12 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     )
     metrics = json.loads((out / "train_metrics.json").read_text())
     engine = metrics["engine"]
-    assert engine["optimizer"] == "torch.optim.adamw.AdamW" and engine["skipped_steps"] == 0, engine
+    assert engine["optimizer"] == "torch.optim.adamw.AdamW", engine
     assert "optimizer torch.optim.adamw.AdamW" in r.stdout
+    # fp16's loss scale starts at 2^16, which may overflow a first step on one CPU and not on another: a skip is
+    # counted and said in the log line, and only fp16 has one
+    said = re.findall(r"^step 2/\d+ .* skipped (\d+) \(fp16 overflow\)", r.stdout, re.M)
+    assert engine["skipped_steps"] == (int(said[0]) if said else 0) and (name == "ds_fp16" or not said), engine
     # fp32 weights at stage 0: the loop clips (dsconfig.loop_clipping); ZeRO's optimizer clips its own partition
     clipped_by_the_loop = "gradient norm clipped to 1 in one foreach call" in r.stdout
     assert clipped_by_the_loop == (name in ("ds_fp32", "ds_bf16", "ds_fp16")), r.stdout[-3000:]
