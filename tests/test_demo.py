@@ -51,4 +51,7 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
             module, examples, features, torch.device("cpu"), tokenizer.pad_token_id, PostprocessConfig(), autocast=dtype
         )
         f1[dtype] = evaluate.score_predictions(result, examples, None)["f1"]
+        if dtype is None:  # the same evaluation as the run's own: its answers to these questions
+            ran = json.loads((out / "predictions.json").read_text())
+            assert result[0] == {qid: ran[qid] for qid in result[0]}, result[0]
     assert abs(f1[torch.bfloat16] - f1[None]) <= 0.5, f1
