@@ -23,9 +23,9 @@ COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
 # each process's threads spin on the others' (three copies of one training test side by side: 71 s with it,
 # 61 s with one thread each).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# A process of more threads (the demo's session) waits at OpenMP's barriers asleep, not spinning: a 2-thread
-# MiniLM step beside four busy processes cost 40.8 s of CPU spinning and 21.7 s asleep (the same weights: OpenMP's
-# static schedule does not depend on how threads wait).
+# A process of more threads (the demo's session) waits at OpenMP's barriers asleep, not spinning: six 2-thread
+# MiniLM steps beside four busy processes cost 40.8 s of CPU spinning and 21.7 s asleep, to the same weights
+# (OpenMP's static schedule does not depend on how threads wait).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # Which tests each session runs is tests/lines.py's: from the markers setup.cfg declares, each session's own,
 # none twice (tests/test_lines.py). `session_args NAME` puts a session's pytest arguments into the array ARGS,
