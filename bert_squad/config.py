@@ -173,6 +173,9 @@ class TrainConfig:
     epochs: float = option(2.0, "passes over the training features")
     max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
     learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
+    micro_batch_size: Optional[int] = option(
+        None, "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once"
+    )
     warmup_ratio: float = option(0.1, 'fills a scheduler warmup_num_steps of "auto"')
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
@@ -203,6 +206,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "log_every")
+        if self.micro_batch_size is not None:
+            _positive(self, "micro_batch_size")
         _within(self, ["epochs", "max_steps", "eval_every", "early_stopping"], "a finite number, 0 or more", low=0)
         if self.keeps_best and not self.eval_every:
             flag = "--keep-best" if self.keep_best else "--early-stopping"

@@ -417,6 +417,7 @@ def settings(
     world_size: int,
     has_gpu: bool,
     learning_rate: Optional[float] = None,
+    micro_batch_size: Optional[int] = None,
     output_dir: PathLike = ".",
 ) -> Settings:
     """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided."""
@@ -426,6 +427,10 @@ def settings(
     cfg = json.loads(json.dumps(raw))  # a copy: `raw` stays as the file gave it
     if learning_rate is not None:
         cfg.setdefault("optimizer", {}).setdefault("params", {})["lr"] = learning_rate
+    if micro_batch_size is not None:
+        # The global batch follows from the new micro batch by the batch rule, not from the file's total.
+        cfg.pop("train_batch_size", None)
+        cfg["train_micro_batch_size_per_gpu"] = micro_batch_size
     batch = _batch(cfg, path, world_size)
     _check_values(cfg, path, has_gpu)
     # DeepSpeed would check train_batch_size for one process; _batch did, for this world size.

@@ -140,6 +140,7 @@ def check(cfg: config.RunConfig) -> Inputs:
         world_size=dist.world_size,
         has_gpu=get_accelerator().device_name() != "cpu",
         learning_rate=cfg.train.learning_rate,
+        micro_batch_size=cfg.train.micro_batch_size,
         output_dir=cfg.data.output_dir,
     )
     resuming = resume.decide(resume_from, settings) if resume_from else None
@@ -160,7 +161,8 @@ def check(cfg: config.RunConfig) -> Inputs:
     )
     model.check_window(module, cfg.windows.max_seq_length, model_dir)
     memory = get_accelerator().total_memory()
-    model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, str(ds_path))
+    batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(ds_path)
+    model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, batch_from)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
     stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, cfg.windows, settings)

@@ -229,6 +229,11 @@ CASES = {
         r"c.json: train_micro_batch_size_per_gpu 1000000000 at --max-seq-length \d+ needs at least [\d.]+ GiB for "
         r"the activations alone, more than this device's",
     ),
+    "a micro batch flag no machine holds": (
+        lambda w: ["--micro-batch-size", str(10**9)],
+        r"--micro-batch-size: train_micro_batch_size_per_gpu 1000000000 at --max-seq-length \d+ needs at least ",
+    ),
+    "a micro batch flag of 0": (lambda w: ["--micro-batch-size", "0"], r"--micro-batch-size must be positive, not 0$"),
     # Valid JSON that is not Unicode: a lone UTF-16 surrogate ("\ud800"), which no tokenizer takes (a TypeError
     # traceback, once). Repaired and counted unless --strict (test_text_no_tokenizer_takes_...); an id never.
     "a lone surrogate, --strict": (

@@ -8,8 +8,8 @@ import pytest
 
 from bert_squad import config
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
+from bert_squad.dsconfig import Batch, locate, settings
 from bert_squad.dsconfig import load as load_ds_config
-from bert_squad.dsconfig import locate, settings
 from bert_squad.errors import UserError
 
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
@@ -48,6 +48,15 @@ def test_global_batch_only_must_divide():
         settings({"train_batch_size": 30, "gradient_accumulation_steps": 4}, "x.json", world_size=2, has_gpu=False)
     cfg = settings({"train_batch_size": 32, "gradient_accumulation_steps": 4}, "x.json", world_size=2, has_gpu=False)
     assert cfg.batch.micro == 4
+
+
+def test_the_micro_batch_flag_replaces_the_files_and_the_global_batch_follows():
+    cfg = {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 3}
+    chosen = settings(cfg, "x.json", world_size=2, has_gpu=False, micro_batch_size=4)
+    assert chosen.batch == Batch(4, 3, 2) and chosen.batch.size == 24
+    written = chosen.finish(10, 0.1).as_dict()
+    assert (written["train_micro_batch_size_per_gpu"], written["train_batch_size"]) == (4, 24)
+    assert cfg["train_micro_batch_size_per_gpu"] == 16  # the file's own values stay as read
 
 
 def test_deepspeeds_fp16_weights_without_gpu_are_refused():

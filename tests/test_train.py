@@ -428,16 +428,19 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
 
 def test_the_written_config_given_back_trains_the_same_run(tiny_model, sample_train, tmp_path):
     """deepspeed_config.json, given back as --deepspeed-config: the same clipping (the loop's, at the norm the
-    shipped config gives) and the same weights, bit for bit, three steps at a learning rate whose gradients
-    are clipped."""
+    shipped config gives), the micro batch --micro-batch-size gave the first run, and the same weights, bit for
+    bit, three steps at a learning rate whose gradients are clipped."""
     first, again = tmp_path / "first", tmp_path / "again"
     common = ("--max-steps", 3, "--learning-rate", "5e-3", "--no-eval", "--log-every", 1)
-    a = tiny_run(tiny_model, sample_train, tmp_path, *common, "--deepspeed-config", "ds_fp32", out=first)
+    flags = ("--deepspeed-config", "ds_fp32", "--micro-batch-size", 4)
+    a = tiny_run(tiny_model, sample_train, tmp_path, *common, *flags, out=first)
     written = first / "deepspeed_config.json"
     assert json.loads(written.read_text())["gradient_clipping"] == 1.0
+    assert json.loads(written.read_text())["train_micro_batch_size_per_gpu"] == 4
     b = tiny_run(tiny_model, sample_train, tmp_path, *common, "--deepspeed-config", written, out=again)
     for r in (a, b):
         assert "gradient norm clipped to 1 in one foreach call" in r.stdout, r.stdout[-2000:]
+        assert "global batch 4 = 4 x 1 x 1" in r.stdout, r.stdout[-2000:]
     assert losses(a.stdout) == losses(b.stdout) and len(losses(a.stdout)) == 3
     assert_same_weights(first, again)
     assert json.loads((again / "deepspeed_config.json").read_text()) == json.loads(written.read_text())
