@@ -19,10 +19,11 @@ from bert_squad.features import build_features
 
 pytestmark = [pytest.mark.slow, pytest.mark.demo]
 
-# F1 98.68 with this recipe on two threads (README's figure), 98.25 on one, less room for another machine's float
-# rounding over 4 epochs; the recipe of the code before dropout was switched on fell to F1 58.6.
-F1_FLOOR = 93.0
-BF16_QUESTIONS = 12  # the dev questions evaluated both ways (about 40 windows)
+# F1 97.89 with this recipe on two threads (README's figure), 97.37 on one; less, for another machine's float
+# rounding and the seeds' spread (docs/performance.md). The code before dropout was switched on fell to F1 58.6
+# with its recipe, and the recipes of docs/performance.md's table that stop before the sample's rise end at 10 to 81.
+F1_FLOOR = 90.0
+BF16_QUESTIONS = 12  # the dev questions evaluated both ways (36 windows)
 
 
 def _make(target):
@@ -39,8 +40,8 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
     assert fp32["f1"] >= F1_FLOOR, fp32
 
     # the exported model in-process, fp32 and under bf16 autocast, over the demo's dev windows
-    windows = WindowConfig(max_seq_length=256, doc_stride=96)
-    assert recipe[recipe.index("--max-seq-length") + 1] == "256" and recipe[recipe.index("--doc-stride") + 1] == "96"
+    windows = WindowConfig(max_seq_length=256, doc_stride=64)
+    assert recipe[recipe.index("--max-seq-length") + 1] == "256" and recipe[recipe.index("--doc-stride") + 1] == "64"
     module, tokenizer = model.load_qa_model(out), model.load_tokenizer(out)
     dev = read_squad(recipe[recipe.index("--eval-file") + 1])
     examples = Examples(dev.records[:BF16_QUESTIONS], dev.source, dev.version_2)
