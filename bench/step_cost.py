@@ -94,7 +94,7 @@ if mode == "plain":
 else:
     from bert_squad.cli import main
     args = ["--model", model, "--train-file", extra[0], "--deepspeed-config", mode, "--max-seq-length", str(seq),
-            "--doc-stride", str(seq // 4), "--max-query-length", str(seq // 4), "--pad-to-max-length",
+            "--doc-stride", str(seq // 4), "--max-query-length", str(seq // 4), "--padding", "max-length",
             "--max-steps", str(steps), "--log-every", "1000", "--no-eval", "--no-export",
             "--output-dir", out + "/run", "--cache-dir", out + "/cache"]
     with counter:

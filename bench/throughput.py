@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput of the project's batching (length-grouped, padded to length buckets) against fixed
+"""Training throughput of the project's batching (length-grouped, padded as --padding auto pads) against fixed
 384-token padding, on the same data, model, config and device, in one run.
 
 Each variant is a real training run (`python -m bert_squad`, or under the launcher you wrap this in)
@@ -74,7 +74,7 @@ def command(args, out, fixed, log_every=None):
         "--cache-dir",
         str(args.cache_dir),
     ]
-    return [*cmd, "--pad-to-max-length"] if fixed else cmd
+    return [*cmd, "--padding", "max-length"] if fixed else cmd
 
 
 def run(args, work, fixed):
@@ -88,8 +88,8 @@ def run(args, work, fixed):
 
 def real_token_shares(args):
     """The share of the tokens the model computes that are real (not padding), over one epoch of the
-    length-grouped plan of `args.train_file`, for each way of padding a batch: to its longest feature, to its
-    length bucket (the project's), and to --max-seq-length."""
+    length-grouped plan of `args.train_file`, for each way of padding a batch: to its longest feature (an eager
+    CPU step's), to its length bucket (a compiled or GPU step's), and to --max-seq-length."""
     from bert_squad import dsconfig
     from bert_squad.batching import BatchPlan, Collator, feature_lengths
     from bert_squad.config import WindowConfig
@@ -105,8 +105,8 @@ def real_token_shares(args):
     real = sum(int(lengths[b].sum()) for b in batches)
     padding = {
         "longest": Collator(tokenizer.pad_token_id),
-        "bucket": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, fixed=False),
-        "max_length": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, fixed=True),
+        "bucket": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, "buckets"),
+        "max_length": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, "max-length"),
     }
     return {
         name: real / sum(len(b) * collate.padded_length(int(lengths[b].max())) for b in batches)
@@ -130,20 +130,20 @@ def main():
         grouped, fixed = run(args, work, fixed=False), run(args, work, fixed=True)
         shares = real_token_shares(args)
     g, f = grouped["last_log"], fixed["last_log"]
-    rows = [("project batching", g), (f"fixed {args.max_seq_length} padding", f)]
+    rows = [(f"project batching ({grouped['padding']})", g), (f"fixed {args.max_seq_length} padding", f)]
     print(
-        f"\n{'':24} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
+        f"\n{'':28} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
         f"{grouped['precision']}, world {grouped['world_size']}, batch {grouped['train_batch_size']}"
     )
     for name, r in rows:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
         print(
-            f"{name:24} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
+            f"{name:28} {r['samples_per_second']:10.1f} {r['tokens_per_second']:10.0f} "
             f"{r['tflops_per_device']:12.2f} {mfu:>6}"
         )
     print(
         f"real tokens of those computed (one epoch): {shares['longest']:.1%} padding each batch to its longest, "
-        f"{shares['bucket']:.1%} to its length bucket (the project's), {shares['max_length']:.1%} to "
+        f"{shares['bucket']:.1%} to its length bucket, {shares['max_length']:.1%} to "
         f"{args.max_seq_length}"
     )
     result = {
@@ -154,6 +154,7 @@ def main():
         "mfu": g["mfu"],
         "fixed_padding_mfu": f["mfu"],
         "real_token_share": shares,
+        "padding": grouped["padding"],
         "device": grouped["device"],
         "precision": grouped["precision"],
         "world_size": grouped["world_size"],

@@ -235,11 +235,20 @@ class FaultConfig:
         _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
 
 
+PADDINGS = ("auto", "longest", "buckets", "max-length")  # --padding's (batching.training_padding resolves auto)
+
+
 @dataclass(frozen=True)
 class SpeedConfig:
     """speed"""
 
-    pad_to_max_length: bool = option(False, "pad every batch to --max-seq-length (for comparison)")
+    padding: str = option(
+        "auto",
+        "how a training batch is padded: 'longest' (to its longest feature), 'buckets' (to its length bucket, "
+        "for a compiled step's few shapes), 'max-length' (every batch to --max-seq-length, batches not grouped by "
+        "length: for comparison); 'auto' is buckets where the step is compiled or on a GPU, else longest",
+        choices=PADDINGS,
+    )
     compile: bool = option(False, "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU")
     tf32: bool = option(
         False,

@@ -53,14 +53,19 @@ def eval_features_line(examples: Examples, features: Any) -> str:
     return f"eval {examples.source}: {len(examples)} questions, {len(features)} features; {examples.skip_summary()}"
 
 
-def plan_line(total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, device_name: str, engine: Any) -> str:
+def plan_line(
+    total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, padding: str, device_name: str, engine: Any
+) -> str:
+    """The run's plan in one line; `padding` as batching.training_padding resolved it."""
     b, facts = ds_config.batch, engine_facts(engine)
+    pad = {"longest": "its longest", "buckets": "its length bucket", "max-length": "the maximum length"}[padding]
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
     clip = f", gradient norm clipped to {ds_config.loop_clip:g} in one foreach call" if ds_config.loop_clip else ""
     return (
         f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
-        f"{b.accumulation} x {b.world_size}, {ds_config.precision}, zero stage {ds_config.zero_stage}, "
+        f"{b.accumulation} x {b.world_size} (each micro batch padded to {pad}), {ds_config.precision}, "
+        f"zero stage {ds_config.zero_stage}, "
         f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}{clip}"
     )
 
