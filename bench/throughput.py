@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput of the project's batching (length-grouped, padded as --padding auto pads) against fixed
+"""Training throughput of the project's batching (length-grouped, padded to length buckets) against fixed
 384-token padding, on the same data, model, config and device, in one run.
 
 Each variant is a real training run (`python -m bert_squad`, or under the launcher you wrap this in)
@@ -88,8 +88,8 @@ def run(args, work, fixed):
 
 def real_token_shares(args):
     """The share of the tokens the model computes that are real (not padding), over one epoch of the
-    length-grouped plan of `args.train_file`, for each way of padding a batch: to its longest feature (an eager
-    CPU step's), to its length bucket (a compiled or GPU step's), and to --max-seq-length."""
+    length-grouped plan of `args.train_file`, for each way of padding a batch (--padding): to its longest feature,
+    to its length bucket (the default), and to --max-seq-length."""
     from bert_squad import dsconfig
     from bert_squad.batching import BatchPlan, Collator, feature_lengths
     from bert_squad.config import WindowConfig
@@ -130,7 +130,8 @@ def main():
         grouped, fixed = run(args, work, fixed=False), run(args, work, fixed=True)
         shares = real_token_shares(args)
     g, f = grouped["last_log"], fixed["last_log"]
-    rows = [(f"project batching ({grouped['padding']})", g), (f"fixed {args.max_seq_length} padding", f)]
+    padding = grouped["config"]["speed"]["padding"]
+    rows = [(f"project batching ({padding})", g), (f"fixed {args.max_seq_length} padding", f)]
     print(
         f"\n{'':28} {'samples/s':>10} {'tokens/s':>10} {'TFLOP/s/dev':>12} {'MFU':>6}   device: {grouped['device']}, "
         f"{grouped['precision']}, world {grouped['world_size']}, batch {grouped['train_batch_size']}"
@@ -154,7 +155,7 @@ def main():
         "mfu": g["mfu"],
         "fixed_padding_mfu": f["mfu"],
         "real_token_share": shares,
-        "padding": grouped["padding"],
+        "padding": padding,
         "device": grouped["device"],
         "precision": grouped["precision"],
         "world_size": grouped["world_size"],

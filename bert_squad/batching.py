@@ -1,7 +1,7 @@
 """Which features go into which micro batch, on which rank, in which order, and how each is padded.
 
 Features are grouped by length (random mega-chunks sorted by length, the chunks' batches shuffled), so
-a padded batch (to its longest feature, or to its length bucket: `training_padding`) wastes little. Every
+a padded batch (to its length bucket, or with `--padding longest` to its longest feature) wastes little. Every
 micro batch is whole (the last step wraps around to the epoch's first features), so training sees few
 shapes, each of the micro batch's size. The order depends only on (seed, epoch): every rank computes the
 same global plan and takes its own share of each step, which keeps ranks in step and makes a resumed run
@@ -88,17 +88,6 @@ def bucket_lengths(max_length: int, most: int = 8, quantum: int = 64) -> list[in
     return [*range(width, max_length, width), max_length]
 
 
-def training_padding(padding: str, compiled: bool, device_type: str) -> str:
-    """What "auto" padding means for a run: length buckets where the step is compiled (a graph a shape, so
-    few shapes) or runs on an accelerator (the shapes its kernels, allocator and graphs were measured on);
-    each batch's own longest on an eager CPU step, whose time follows the tokens it computes (buckets
-    compute about 1.17x those: docs/performance.md). Padded positions take part in the span loss's softmax,
-    so the padding is part of what a run computes, and a run resumed elsewhere resolves it anew."""
-    if padding != "auto":
-        return padding
-    return "buckets" if compiled or device_type != "cpu" else "longest"
-
-
 class Collator:
     """Pads a list of features as torch tensors: to the shortest of `lengths` that holds the batch's longest
     feature (the batch's longest where `lengths` is None)."""
@@ -111,8 +100,8 @@ class Collator:
 
     @classmethod
     def for_training(cls, pad_id: int, max_length: int, padding: str) -> Collator:
-        """Training's, by `padding` as `training_padding` resolves it: every batch to
-        `max_length`, to its length bucket, or to its own longest feature."""
+        """Training's, by `padding` (config.PADDINGS): every batch to its length bucket, to its own longest
+        feature, or to `max_length`."""
         lengths = {"max-length": [max_length], "buckets": bucket_lengths(max_length), "longest": None}[padding]
         return cls(pad_id, lengths)
 

@@ -235,7 +235,7 @@ class FaultConfig:
         _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
 
 
-PADDINGS = ("auto", "longest", "buckets", "max-length")  # --padding's (batching.training_padding resolves auto)
+PADDINGS = ("buckets", "longest", "max-length")  # --padding's choices (batching.Collator.for_training)
 
 
 @dataclass(frozen=True)
@@ -243,10 +243,10 @@ class SpeedConfig:
     """speed"""
 
     padding: str = option(
-        "auto",
-        "how a training batch is padded: 'longest' (to its longest feature), 'buckets' (to its length bucket, "
-        "for a compiled step's few shapes), 'max-length' (every batch to --max-seq-length, batches not grouped by "
-        "length: for comparison); 'auto' is buckets where the step is compiled or on a GPU, else longest",
+        "buckets",
+        "what a training micro batch is padded to: 'buckets' (its length bucket: at most 8 shapes, on any device), "
+        "'longest' (its longest feature: fewer tokens, a shape almost every step), 'max-length' "
+        "(--max-seq-length, batches not grouped by length: for comparison)",
         choices=PADDINGS,
     )
     compile: bool = option(False, "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU")

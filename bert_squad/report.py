@@ -56,7 +56,7 @@ def eval_features_line(examples: Examples, features: Any) -> str:
 def plan_line(
     total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, padding: str, device_name: str, engine: Any
 ) -> str:
-    """The run's plan in one line; `padding` as batching.training_padding resolved it."""
+    """The run's plan in one line; `padding`: --padding."""
     b, facts = ds_config.batch, engine_facts(engine)
     pad = {"longest": "its longest", "buckets": "its length bucket", "max-length": "the maximum length"}[padding]
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""

@@ -44,7 +44,7 @@ from bert_squad import (
     report,
     resume,
 )
-from bert_squad.batching import BatchPlan, Collator, feature_lengths, training_padding
+from bert_squad.batching import BatchPlan, Collator, feature_lengths
 from bert_squad.errors import UserError
 from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
@@ -233,12 +233,13 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     if cfg.speed.compile:
         compiling.compile_model(engine.module, device.type)
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
-    padding = training_padding(cfg.speed.padding, cfg.speed.compile, device.type)
-    collate = Collator.for_training(inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, padding)
+    collate = Collator.for_training(inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, cfg.speed.padding)
     device_name = perf.device_name(device)
     tf32 = cfg.speed.tf32 and work.ds_config.precision == "fp32"
     peak = perf.peak_tflops(device_name, "tf32" if tf32 else work.ds_config.precision, cfg.speed.peak_tflops)
-    plan = report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, padding, device_name, engine)
+    plan = report.plan_line(
+        work.total_steps, work.steps_per_epoch, work.ds_config, cfg.speed.padding, device_name, engine
+    )
     report.log(dist, plan)
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
@@ -468,7 +469,6 @@ def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: lis
         "config": dataclasses.asdict(run.inputs.cfg),
         "shapes": sorted(run.meter.shapes),  # this rank's micro batches, (rows, tokens)
         "compile": compiling.stats() if run.inputs.cfg.speed.compile else None,
-        "padding": training_padding(run.inputs.cfg.speed.padding, run.inputs.cfg.speed.compile, run.device.type),
         **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
     }
 

@@ -36,7 +36,7 @@ def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_
         result["samples_per_second"] / result["fixed_padding_samples_per_second"]
     )
     assert (result["device"], result["precision"], result["max_seq_length"]) == ("cpu", "fp32", 256)
-    assert result["padding"] == "longest"  # --padding auto on an eager CPU step
+    assert result["padding"] == "buckets"  # the project's default
     assert "--padding max-length" in r.stdout and "project batching" in r.stdout and "fixed 256 padding" in r.stdout
     share = result["real_token_share"]  # a length bucket holds each batch's longest, the maximum every bucket
     assert 0 < share["max_length"] <= share["bucket"] <= share["longest"] <= 1, share
