@@ -104,7 +104,7 @@ def real_token_shares(args):
     batches = BatchPlan(lengths, micro, 1, 0, seed=42).epoch(0)
     real = sum(int(lengths[b].sum()) for b in batches)
     padding = {
-        "longest": Collator(tokenizer.pad_token_id),
+        "longest": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, "longest"),
         "bucket": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, "buckets"),
         "max_length": Collator.for_training(tokenizer.pad_token_id, args.max_seq_length, "max-length"),
     }

@@ -235,7 +235,8 @@ class FaultConfig:
         _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
 
 
-PADDINGS = ("buckets", "longest", "max-length")  # --padding's choices (batching.Collator.for_training)
+# --padding's choices, each with what it pads a micro batch to (the plan line's words; batching.Collator.for_training)
+PADDINGS = {"buckets": "its length bucket", "longest": "its longest feature", "max-length": "--max-seq-length"}
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ class SpeedConfig:
         "what a training micro batch is padded to: 'buckets' (its length bucket: at most 8 shapes, on any device), "
         "'longest' (its longest feature: fewer tokens, a shape almost every step), 'max-length' "
         "(--max-seq-length, batches not grouped by length: for comparison)",
-        choices=PADDINGS,
+        choices=list(PADDINGS),
     )
     compile: bool = option(False, "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU")
     tf32: bool = option(

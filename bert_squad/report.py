@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from bert_squad import checkpoint, distributed, perf
+from bert_squad.config import PADDINGS
 
 if TYPE_CHECKING:  # types only: importing them here would import torch's companions into every command
     from collections.abc import Mapping
@@ -58,13 +59,12 @@ def plan_line(
 ) -> str:
     """The run's plan in one line; `padding`: --padding."""
     b, facts = ds_config.batch, engine_facts(engine)
-    pad = {"longest": "its longest", "buckets": "its length bucket", "max-length": "the maximum length"}[padding]
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
     clip = f", gradient norm clipped to {ds_config.loop_clip:g} in one foreach call" if ds_config.loop_clip else ""
     return (
         f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
-        f"{b.accumulation} x {b.world_size} (each micro batch padded to {pad}), {ds_config.precision}, "
+        f"{b.accumulation} x {b.world_size} (each micro batch padded to {PADDINGS[padding]}), {ds_config.precision}, "
         f"zero stage {ds_config.zero_stage}, "
         f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}{clip}"
     )
