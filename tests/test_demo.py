@@ -40,10 +40,12 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
     assert fp32["f1"] >= F1_FLOOR, fp32
 
     # the exported model in-process, fp32 and under bf16 autocast, over the demo's dev windows
-    windows = WindowConfig(max_seq_length=256, doc_stride=64)
-    assert recipe[recipe.index("--max-seq-length") + 1] == "256" and recipe[recipe.index("--doc-stride") + 1] == "64"
+    def given(option):
+        return recipe[recipe.index(option) + 1]
+
+    windows = WindowConfig(max_seq_length=int(given("--max-seq-length")), doc_stride=int(given("--doc-stride")))
     module, tokenizer = model.load_qa_model(out), model.load_tokenizer(out)
-    dev = read_squad(recipe[recipe.index("--eval-file") + 1])
+    dev = read_squad(given("--eval-file"))
     examples = Examples(dev.records[:BF16_QUESTIONS], dev.source, dev.version_2)
     features = build_features(examples, tokenizer, windows, cache, train=False)
     f1 = {}
