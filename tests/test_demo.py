@@ -13,7 +13,7 @@ import torch
 from helpers import ROOT, run_bert_squad
 
 from bert_squad import evaluate, model
-from bert_squad.config import PostprocessConfig, WindowConfig
+from bert_squad.config import PostprocessConfig, WindowConfig, from_args, training_parser
 from bert_squad.data import Examples, read_squad
 from bert_squad.features import build_features
 
@@ -32,20 +32,19 @@ def _make(target):
 
 
 def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path):
-    recipe = shlex.split(_make("demo-args"))
+    command = ["--model", _make("minilm-dir"), *shlex.split(_make("demo-args"))]
     out, cache = tmp_path / "demo", tmp_path / "cache"
-    r = run_bert_squad("--model", _make("minilm-dir"), *recipe, "--output-dir", out, "--cache-dir", cache, timeout=3600)
+    r = run_bert_squad(*command, "--output-dir", out, "--cache-dir", cache, timeout=3600)
     assert r.returncode == 0, r.stderr[-3000:]
     fp32 = json.loads((out / "eval_metrics.json").read_text())
     assert fp32["f1"] >= F1_FLOOR, fp32
 
-    # the exported model in-process, fp32 and under bf16 autocast, over the demo's dev windows
-    def given(option):
-        return recipe[recipe.index(option) + 1]
-
-    windows = WindowConfig(max_seq_length=int(given("--max-seq-length")), doc_stride=int(given("--doc-stride")))
+    # the exported model in-process, fp32 and under bf16 autocast, over the demo's dev windows: the recipe parsed
+    # as the run parsed it, so its windows are the run's
+    args = training_parser().parse_args(command)
+    windows = from_args(WindowConfig, args)
     module, tokenizer = model.load_qa_model(out), model.load_tokenizer(out)
-    dev = read_squad(given("--eval-file"))
+    dev = read_squad(args.eval_file)
     examples = Examples(dev.records[:BF16_QUESTIONS], dev.source, dev.version_2)
     features = build_features(examples, tokenizer, windows, cache, train=False)
     f1 = {}
