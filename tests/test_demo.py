@@ -13,7 +13,7 @@ import torch
 from helpers import ROOT, run_bert_squad
 
 from bert_squad import evaluate, model
-from bert_squad.config import PostprocessConfig, WindowConfig, from_args, training_parser
+from bert_squad.config import PostprocessConfig, parse_run_config
 from bert_squad.data import Examples, read_squad
 from bert_squad.features import build_features
 
@@ -41,12 +41,11 @@ def test_the_demo_recipe_learns_the_sample_and_evaluates_alike_in_bf16(tmp_path)
 
     # the exported model in-process, fp32 and under bf16 autocast, over the demo's dev windows: the recipe parsed
     # as the run parsed it, so its windows are the run's
-    args = training_parser().parse_args(command)
-    windows = from_args(WindowConfig, args)
+    run = parse_run_config(command)
     module, tokenizer = model.load_qa_model(out), model.load_tokenizer(out)
-    dev = read_squad(args.eval_file)
+    dev = read_squad(run.data.eval_file)
     examples = Examples(dev.records[:BF16_QUESTIONS], dev.source, dev.version_2)
-    features = build_features(examples, tokenizer, windows, cache, train=False)
+    features = build_features(examples, tokenizer, run.windows, cache, train=False)
     f1 = {}
     for dtype in (None, torch.bfloat16):
         result = evaluate.predict(
