@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import PYTHON, run_in_checkout
+from helpers import PYTHON, run_in_checkout, sample_path
 
 from bert_squad import metrics
 from bert_squad.inspect_answers import predicted_offsets
@@ -93,15 +93,24 @@ def encoder_dir(tmp_path, tiny_model):
     return tmp_path
 
 
+DEV_QUESTIONS = sum(
+    len(p["qas"]) for a in json.loads(sample_path("dev-v1.1.json").read_text())["data"] for p in a["paragraphs"]
+)
+
+
 @pytest.mark.parametrize(
     "model, start, message",
     [
         (
             lambda tmp, tiny: tiny,
             100000,
-            "--start-sample 100000 with --num-test-samples 2 is outside its 228 questions",
+            f"--start-sample 100000 with --num-test-samples 2 is outside its {DEV_QUESTIONS} questions",
         ),
-        (lambda tmp, tiny: tiny, 227, "--start-sample 227 with --num-test-samples 2 is outside its 228 questions"),
+        (
+            lambda tmp, tiny: tiny,
+            DEV_QUESTIONS - 1,
+            f"--start-sample {DEV_QUESTIONS - 1} with --num-test-samples 2 is outside its {DEV_QUESTIONS} questions",
+        ),
         (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
         (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),
     ],

@@ -4,6 +4,11 @@ Paragraphs are short biographies of invented people; questions ask for facts sta
 articles are long enough to need several sliding windows at 384 tokens, and the v2.0 split adds
 unanswerable questions about people the paragraph does not mention. Regenerate the shipped files with
 `python tools/make_sample.py` (writes bert_squad/sample/).
+
+Each question has one answer a reader can tell from the text alone: the people of a paragraph have
+different first names and different surnames (a sentence that names someone by first name, or a company
+named after a surname, points at one person), and the two dates of a life differ in kind (a birth is a
+day, a founding is a year), as do the questions that ask for them.
 """
 
 import json
@@ -105,6 +110,20 @@ PRODUCTS = [
     "violin strings",
     "fishing nets",
 ]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 COMPANY_SUFFIX = ["Works", "Instruments", "Foundry", "Laboratories", "Brothers", "Industries"]
 FILLER = [
     "The region was known for its long winters and busy harbours.",
@@ -115,13 +134,13 @@ FILLER = [
 ]
 
 
-def _person(rng):
-    name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+def _person(rng, first, last):
+    name = f"{first} {last}"
     born = rng.randint(1801, 1960)
     return {
         "name": name,
         "city": rng.choice(CITIES),
-        "born": str(born),
+        "born": f"{rng.randint(1, 28)} {rng.choice(MONTHS)} {born}",
         "field": rng.choice(FIELDS),
         "company": f"{name.split()[1]} {rng.choice(COMPANY_SUFFIX)}",
         "product": rng.choice(PRODUCTS),
@@ -142,7 +161,7 @@ def _paragraph(rng, people, filler):
 
     for i, p in enumerate(people):
         add(
-            f"{p['name']} was born in {p['city']} in {p['born']}.", [((i, "city"), p["city"]), ((i, "born"), p["born"])]
+            f"{p['name']} was born in {p['city']} on {p['born']}.", [((i, "city"), p["city"]), ((i, "born"), p["born"])]
         )
         add(
             f"After school, {p['name'].split()[0]} studied {p['field']} at the university.",
@@ -159,9 +178,9 @@ def _paragraph(rng, people, filler):
 
 QUESTIONS = {
     "city": ["Where was {name} born?", "In which city was {name} born?"],
-    "born": ["When was {name} born?", "In what year was {name} born?"],
+    "born": ["When was {name} born?", "On what date was {name} born?"],
     "field": ["What did {name} study?", "Which subject did {name} study at the university?"],
-    "founded": ["When did {name} found a company?", "In which year was {company} founded?"],
+    "founded": ["In which year did {name} found a company?", "In which year was {company} founded?"],
     "company": ["What company did {name} found?", "Which firm was founded by {name}?"],
     "product": ["What did {company} make?", "What did the company of {name} produce?"],
 }
@@ -174,7 +193,9 @@ def generate(seed, n_articles, version_2=False):
         paragraphs = []
         for p in range(3):
             long = a % 7 == 0 and p == 0  # some contexts need several 384-token windows
-            people = [_person(rng) for _ in range(8 if long else rng.randint(1, 3))]
+            n = 8 if long else rng.randint(1, 3)
+            # different first names and surnames: "Ada studied ..." and "Novak Works" point at one person
+            people = [_person(rng, f, la) for f, la in zip(rng.sample(FIRST, n), rng.sample(LAST, n))]
             context, spans = _paragraph(rng, people, filler=3 if long else rng.randint(0, 1))
             qas = []
             for (i, key), start in sorted(spans.items()):
@@ -193,7 +214,10 @@ def generate(seed, n_articles, version_2=False):
                     qas[-1]["is_impossible"] = False
             if version_2:
                 for k in range(2):
-                    stranger = _person(rng)
+                    # a name none of the paragraph's people has, in part or whole: the question is about no one there
+                    first = rng.choice([f for f in FIRST if all(f != p["name"].split()[0] for p in people)])
+                    last = rng.choice([la for la in LAST if all(la != p["name"].split()[1] for p in people)])
+                    stranger = _person(rng, first, last)
                     key = rng.choice(["city", "born", "field", "company"])
                     qas.append(
                         {
