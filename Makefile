@@ -66,7 +66,7 @@ ch-image: system-deps
 
 # The demo's recipe, which tests/test_demo.py trains too (`make -s demo-args`): hidden-state dropout at the model's
 # own 0.1, attention dropout 0, which keeps SDPA's fused CPU kernel, and a warmup over 30 % of the steps, which
-# gets past the sample's rise at more seeds than 10 % (docs/performance.md).
+# gets past the sample's rise at more seeds than 10 % (docs/measurements/2026-11-demo-recipe-search.md).
 DEMO_ARGS := --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squad/sample/dev-v1.1.json \
   --deepspeed-config ds_fp32 --micro-batch-size 8 --epochs 3 --learning-rate 2e-4 --attention-dropout 0 \
   --warmup-ratio 0.3 --max-seq-length 256 --doc-stride 64
@@ -104,7 +104,7 @@ minilm-dir: $(STAMP)
 
 # The wheels an offline GPU host (CPython 3.12, torch and transformers of its own) lacks or holds in versions nobody
 # read where a requirement bounds them, DeepSpeed built here, the project's own last; checked to resolve there and
-# to fit, with the checkout, in 64 MiB. Carried to the host for bench/gpu_check.py (docs/performance.md).
+# to fit, with the checkout, in 64 MiB. Carried to the host for bench/gpu_check.py (docs/measurements/gpu-host.md).
 gpu-kit: $(STAMP)
 	$(PY) bench/gpu_kit.py --out gpu-kit
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Everything the project measures on a GPU host, in one command of under 10 minutes that needs nothing but
-the checkout and the wheel kit beside it (`make gpu-kit` -> gpu-kit/; docs/performance.md):
+the checkout and the wheel kit beside it (`make gpu-kit` -> gpu-kit/; docs/measurements/gpu-host.md):
 
     python3 bench/gpu_check.py --out DIR            # on a CUDA host
     python bench/gpu_check.py --out DIR --tiny      # tiny shapes, the same plumbing (the test suite, on a CPU)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BATCH, WORKERS, LR, SEED = 16, 2, 5e-5, 42  # run_qa.py's command in docs/performance.md
+BATCH, WORKERS, LR, SEED = 16, 2, 5e-5, 42  # run_qa.py's command: docs/measurements/2026-11-h100-first-calls.md
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.demo]
 
 # F1 97.44 with this recipe on two threads (README's figure), 97.37 on one; less, for another machine's float
 # rounding and the seeds' spread (docs/performance.md). The code before dropout was switched on fell to F1 58.6
-# with its recipe, and the recipes of docs/performance.md's table that stop before the sample's rise end at 10 to 86.
+# with its recipe, and the recipes of docs/measurements/2026-11-demo-recipe-search.md that stop before the sample's
+# rise end at 10 to 86.
 F1_FLOOR = 90.0
 BF16_QUESTIONS = 12  # the dev questions evaluated both ways (36 windows)
 
