@@ -10,7 +10,9 @@ scores: the same sliding windows (`features.build_features`) and the same post-p
 """
 
 import argparse
+import dataclasses
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from bert_squad import cache, config, model, squad
+from bert_squad import cache, config, model, squad, task
 from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
 from bert_squad.data import Examples
 from bert_squad.errors import UserError, first_line
@@ -43,18 +45,20 @@ class Answer(NamedTuple):
     score: float  # probability among the question's n-best candidates
 
 
-def require_qa_model(model_dir: PathLike) -> dict[str, Any]:
-    """An encoder checkpoint would load with a random span head and answer nonsense: refuse it here."""
-    config = read_json(Path(model_dir) / "config.json", what="a model config")
+def find_qa_model(name_or_dir: str, cache_dir: Optional[str]) -> Path:
+    """The directory of a question-answering model (`cache.find_model`). An encoder checkpoint would load with a
+    random span head and answer nonsense: refused here."""
+    model_dir = cache.find_model(name_or_dir, cache.resolve_cache_dir(cache_dir))
+    config = read_json(model_dir / "config.json", what="a model config")
     if not isinstance(config, dict):
-        raise UserError(f"{Path(model_dir) / 'config.json'}: a model config is a JSON object")
+        raise UserError(f"{model_dir / 'config.json'}: a model config is a JSON object")
     archs = config.get("architectures") or []
     if not any(str(a).endswith("ForQuestionAnswering") for a in archs):
         raise UserError(
             f"{model_dir}: not a question-answering model (architectures: "
             f"{', '.join(map(str, archs)) or 'none'}); give the --output-dir of a bert-squad training"
         )
-    return config
+    return model_dir
 
 
 class Answerer:
@@ -91,15 +95,22 @@ class Answerer:
         cache_dir: Optional[str] = None,
     ) -> "Answerer":
         """`name_or_dir`: a model directory (a bert-squad --output-dir, or any Hugging Face QA model) or a hub
-        name already in the cache: nothing is downloaded. `null_answer` defaults to what the model was trained
-        on (`bert-squad` writes `version_2_with_negative` into its config)."""
-        model_dir = cache.find_model(str(name_or_dir), cache.resolve_cache_dir(cache_dir))
-        model_config = require_qa_model(model_dir)
+        name already in the cache: nothing is downloaded. `windows`, `postprocess` and `null_answer` default to
+        what the model was trained with (its task settings, `bert_squad.task`), else to the options' defaults."""
+        model_dir = find_qa_model(str(name_or_dir), cache_dir)
+        given = [dataclasses.asdict(group) if group else {} for group in (windows, postprocess)]
+        return cls.load(model_dir, task.resolve(model_dir, *given), device, null_answer)
+
+    @classmethod
+    def load(
+        cls, model_dir: PathLike, settings: task.Settings, device: str = "cpu", null_answer: Optional[bool] = None
+    ) -> "Answerer":
+        """The model in `model_dir` answering with `settings` (`task.resolve`); `null_answer` defaults to the
+        v2.0 mode it was trained in."""
         if null_answer is None:
-            null_answer = bool(model_config.get("version_2_with_negative", False))
-        return cls(
-            model.load_qa_model(model_dir), model.load_tokenizer(model_dir), device, windows, postprocess, null_answer
-        )
+            null_answer = bool(settings.trained and settings.trained.version_2_with_negative)
+        module, tokenizer = model.load_qa_model(model_dir), model.load_tokenizer(model_dir)
+        return cls(module, tokenizer, device, settings.windows, settings.postprocess, null_answer)
 
     def predict(self, examples: Examples) -> Predictions:
         """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
@@ -183,8 +194,8 @@ class Asked:
     and how it answers."""
 
     model: ModelConfig
-    windows: WindowConfig
-    postprocess: PostprocessConfig
+    windows: dict[str, Any]  # the window options given; the rest are the model's (`task.resolve`)
+    postprocess: dict[str, Any]  # the answer options given, likewise
     question: Optional[str]  # with `context` or `context_file`
     context: Optional[str]
     context_file: Optional[str]
@@ -195,14 +206,27 @@ class Asked:
     as_json: bool
 
 
-def answering_configs(args: argparse.Namespace) -> tuple[ModelConfig, WindowConfig, PostprocessConfig]:
-    """The model and how it answers (its windows, the rules that make answers), from a parsed command line: what
-    `answer` and `bert-squad-test` both take."""
-    return (
-        config.from_args(ModelConfig, args),
-        config.from_args(WindowConfig, args),
-        config.from_args(PostprocessConfig, args),
-    )
+def add_answering_options(p: argparse.ArgumentParser) -> None:
+    """How the model answers (its windows, the rules that make answers), which default to what it was trained
+    with: what `answer` and `bert-squad-test` both take."""
+    config.add_options(p, WindowConfig, unset=True)
+    config.add_options(p, PostprocessConfig, unset=True)
+
+
+def answering_options(args: argparse.Namespace) -> tuple[ModelConfig, dict[str, Any], dict[str, Any]]:
+    """The model, and the window and answer options given, from a command line `add_answering_options` parsed."""
+    return config.from_args(ModelConfig, args), config.given(WindowConfig, args), config.given(PostprocessConfig, args)
+
+
+def load_answerer(
+    asked: ModelConfig, windows: dict[str, Any], postprocess: dict[str, Any], device: str, null_answer: Optional[bool]
+) -> tuple[Answerer, str]:
+    """A command's Answerer: the options given win over the model's task settings (`task.resolve`); and the line
+    that says which came from where, for the command to print once it has answered (a model that cannot answer
+    is one error line, this one not before it)."""
+    model_dir = find_qa_model(asked.model_dir, asked.cache_dir)
+    settings = task.resolve(model_dir, windows, postprocess)
+    return Answerer.load(model_dir, settings, device, null_answer), f"{model_dir}: {settings.line}"
 
 
 def parse(argv: list[str]) -> Asked:
@@ -221,8 +245,7 @@ def parse(argv: list[str]) -> Asked:
         help="let 'no answer' compete (default: what the model was trained on)",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
-    config.add_options(p, WindowConfig)
-    config.add_options(p, PostprocessConfig)
+    add_answering_options(p)
     p.add_argument("--json", action="store_true", help="JSON Lines out, one object per question")
     args = p.parse_args(argv)
     if (args.input is None) == (args.question is None):
@@ -236,7 +259,7 @@ def parse(argv: list[str]) -> Asked:
     if args.top_k <= 0:
         p.error(f"--top-k must be positive, not {args.top_k}")
     return Asked(
-        *answering_configs(args),
+        *answering_options(args),
         args.question,
         args.context,
         args.context_file,
@@ -290,10 +313,9 @@ def run(asked: Asked) -> int:
     """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
     ids, pairs = _questions(asked)
     device = asked.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    qa = Answerer.from_pretrained(
-        asked.model.model_dir, device, asked.windows, asked.postprocess, asked.null_answer, asked.model.cache_dir
-    )
+    qa, settings = load_answerer(asked.model, asked.windows, asked.postprocess, device, asked.null_answer)
     results = qa.answer_batch(pairs, asked.top_k, ids)
+    print(settings, file=sys.stderr, flush=True)
     if not asked.as_json:
         render(ids, pairs, results)
         return 0

@@ -42,9 +42,9 @@ from bert_squad.files import write_text_atomic
 if TYPE_CHECKING:  # transformers loads with the model, not for the commands that only read checkpoints
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-    from bert_squad.config import WindowConfig
     from bert_squad.distributed import DistEnv
     from bert_squad.dsconfig import Settings
+    from bert_squad.task import Task
 
 MARKER = "complete"
 HF_DIR = "hf"
@@ -93,8 +93,9 @@ class Stamp:
     model: str  # --model as given, for messages
     fingerprint: str  # parameter names and shapes, and the tokenizer's vocabulary
     windows: dict[str, int]  # the window options the data position counts in
-    config: PretrainedConfig  # written with the tokenizer into hf/
+    config: PretrainedConfig  # written with the tokenizer and the task into hf/
     tokenizer: PreTrainedTokenizerBase
+    task: Task
     layout: Layout
 
 
@@ -102,11 +103,11 @@ def stamp(
     model_name: str,
     module: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
-    windows: WindowConfig,
+    trained: Task,
     settings: Settings,
 ) -> Stamp:
-    """The stamp of checkpoints of `module` (loaded from `model_name`) with `tokenizer` and `windows`, written
-    with the DeepSpeed `settings`."""
+    """The stamp of checkpoints of `module` (loaded from `model_name`) with `tokenizer`, trained for `trained`
+    (whose windows the data position counts in), written with the DeepSpeed `settings`."""
     shapes = [(name, list(p.shape)) for name, p in module.named_parameters()]
     vocab = sorted(tokenizer.get_vocab().items())
     fingerprint = hashlib.sha256(json.dumps([shapes, vocab]).encode()).hexdigest()[:16]
@@ -119,7 +120,8 @@ def stamp(
         settings.precision,
         precision_path=settings.precision_path,
     )
-    return Stamp(str(model_name), fingerprint, dataclasses.asdict(windows), module.config, tokenizer, written)
+    windows = dataclasses.asdict(trained.windows)
+    return Stamp(str(model_name), fingerprint, windows, module.config, tokenizer, trained, written)
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -280,6 +282,7 @@ def save(
     if dist.is_main:
         stamp.config.save_pretrained(str(path / HF_DIR))
         model.save_tokenizer(stamp.tokenizer, path / HF_DIR)
+        stamp.task.write(path / HF_DIR)
         if extra is not None:
             extra(path)
     t1 = time.perf_counter()

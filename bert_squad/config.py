@@ -141,6 +141,7 @@ class PostprocessConfig:
     """answers: how window logits become one answer per question, and how answers are scored"""
 
     max_answer_length: int = option(30, "longest answer span, in tokens")
+    n_best_size: int = option(20, "the best starts and ends a window's spans are made of, and the candidates kept")
     null_score_diff_threshold: float = option(
         0.0, "SQuAD v2.0: predict no answer when the null score beats the best span by more than this"
     )
@@ -156,7 +157,7 @@ class PostprocessConfig:
     )
 
     def __post_init__(self) -> None:
-        _positive(self, "max_answer_length")
+        _positive(self, "max_answer_length", "n_best_size")
         _within(self, ["null_score_diff_threshold"], "a finite number")
 
 
@@ -342,10 +343,13 @@ def add_options(
     several: Collection[str] = (),
     without: Collection[str] = (),
     only: Optional[Collection[str]] = None,
+    unset: bool = False,
 ) -> None:
     """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
     (a command that builds one `cls` for each of several inputs), those in `without` (or not in `only`) are
-    not offered (a command they mean nothing to: they keep their defaults)."""
+    not offered (a command they mean nothing to: they keep their defaults). With `unset` an option not given
+    parses to None, so that `given` tells what the command line said from a default that comes from elsewhere
+    (a trained model's task settings: `task.resolve`)."""
     fields = dataclasses.fields(cls)
     left_out = set(without) | ({f.name for f in fields} - set(only) if only is not None else set())
     group = parser.add_argument_group((cls.__doc__ or "").strip().split(":")[0])
@@ -357,9 +361,15 @@ def add_options(
         if opt.type is bool:
             group.add_argument(*flags, dest=f.name, action="store_true", **meta)
         else:
+            default = None if unset else f.default
             group.add_argument(
-                *flags, dest=f.name, type=opt.type, default=f.default, nargs="+" if f.name in several else None, **meta
+                *flags, dest=f.name, type=opt.type, default=default, nargs="+" if f.name in several else None, **meta
             )
+
+
+def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of `cls` that the command line gave (parsed by `add_options(..., unset=True)`)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
 
 
 Group = TypeVar("Group")

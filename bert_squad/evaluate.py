@@ -10,6 +10,7 @@ forward gathers the parameters from all ranks, so a rank that stopped early woul
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 import numpy as np
 import torch
 
-from bert_squad import cache, config, distributed, model, outputs
+from bert_squad import cache, config, distributed, model, outputs, report, task
 from bert_squad.batching import Collator, feature_lengths
 from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
@@ -45,9 +46,11 @@ def predict_logits(
     dist: Optional[DistEnv] = None,
     batch_size: int = EVAL_BATCH,
     autocast: Optional[torch.dtype] = None,
+    shown: bool = False,
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere; the forward
-    under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`)."""
+    under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`);
+    with `shown`, rank 0 shows its progress (`report.InferenceProgress`)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = feature_lengths(features)
     # Longest first, ties in feature order: the same batches whatever the world size.
@@ -57,8 +60,10 @@ def predict_logits(
     # logits hold, and nothing but the logits needs to travel.
     shares = [np.array([f for b in batches[r::world] for f in b], dtype=np.int64) for r in range(world)]
     widths = [int(lengths[share].sum()) for share in shares]
-    with torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext():
-        mine = _forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank])
+    rounds = -(-len(batches) // world)  # every rank's forward passes (see the module's docstring)
+    progress = report.InferenceProgress(rounds, rank == 0 and shown)
+    with torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext(), progress:
+        mine = _forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank], progress)
     mine = torch.from_numpy(mine)
     parts = distributed.gather_padded_to_rank0(mine, widths, dist) if dist else [mine]
     if parts is None:
@@ -83,6 +88,7 @@ def _forward(
     world: int,
     lengths: np.ndarray,
     width: int,
+    progress: "report.InferenceProgress",
 ) -> np.ndarray:
     """This rank's batches through the model: its features' start logits (row 0) and end logits (row 1),
     each trimmed to the feature's length and laid end to end in the order they ran (`width` in all). Every rank
@@ -100,6 +106,7 @@ def _forward(
             batch = {k: v.to(device, non_blocking=True) for k, v in collate(rows).items()}
             out = module(**batch)
             start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            progress.advance()
             if i >= len(batches):
                 continue
             for j, f in enumerate(b):
@@ -118,10 +125,11 @@ def predict(
     postprocess: PostprocessConfig,
     dist: Optional[DistEnv] = None,
     autocast: Optional[torch.dtype] = None,
+    shown: bool = False,
 ) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
-    and answering share it."""
-    logits = predict_logits(module, features, device, pad_id, dist, autocast=autocast)
+    and answering share it. `shown`: rank 0 shows the forward passes' progress."""
+    logits = predict_logits(module, features, device, pad_id, dist, autocast=autocast, shown=shown)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
@@ -131,6 +139,7 @@ def predict(
         *logits,
         version_2_with_negative=examples.version_2,
         max_answer_length=postprocess.max_answer_length,
+        n_best_size=postprocess.n_best_size,
         null_score_diff_threshold=postprocess.null_score_diff_threshold,
     )
 
@@ -164,13 +173,17 @@ def score_predictions(
 
 @dataclass(frozen=True)
 class Inference:
-    """What `evaluate` and `predict` share: the model, how its inputs are cut into windows and built, and where
-    its files go."""
+    """What `evaluate` and `predict` share: the model, the window options given (the rest come from the model's
+    task settings: `task.resolve`), how features are built, and where the files go."""
 
     model: ModelConfig
-    windows: WindowConfig
+    windows: dict[str, Any]
     preprocess: PreprocessConfig
     output_dir: str
+
+    def model_dir(self) -> Path:
+        """The model's directory: the given one, or a hub name's snapshot in the cache."""
+        return cache.find_model(self.model.model_dir, cache.resolve_cache_dir(self.model.cache_dir))
 
 
 class Evaluation(NamedTuple):
@@ -178,18 +191,19 @@ class Evaluation(NamedTuple):
 
     inference: Inference
     eval_files: list[str]
-    postprocess: list[PostprocessConfig]  # one for each eval file (each its --lang)
+    postprocess: list[dict[str, Any]]  # the answer options given, one for each eval file (each its --lang)
 
 
 def parser(
     prog: str, description: Optional[str], inputs: Callable[[argparse.ArgumentParser], Any]
 ) -> config.ArgumentParser:
-    """The options `evaluate` and `predict` share; `inputs` adds the command's own input option."""
+    """The options `evaluate` and `predict` share; `inputs` adds the command's own input option. The window
+    options default to the model's (`task.resolve`)."""
     p = config.ArgumentParser(prog=prog, description=description)
     config.add_options(p, ModelConfig)
     inputs(p)
     p.add_argument("--output-dir", required=True, help="where the predictions (and their metrics) go")
-    config.add_options(p, WindowConfig)
+    config.add_options(p, WindowConfig, unset=True)
     config.add_options(p, PreprocessConfig)
     return p
 
@@ -198,7 +212,7 @@ def inference_from_args(args: argparse.Namespace) -> Inference:
     """The shared options of `parser`'s namespace, as their groups (their checks run here)."""
     return Inference(
         config.from_args(ModelConfig, args),
-        config.from_args(WindowConfig, args),
+        config.given(WindowConfig, args),
         config.from_args(PreprocessConfig, args),
         args.output_dir,
     )
@@ -212,15 +226,13 @@ def parse(argv: list[str]) -> Evaluation:
             "--eval-file", required=True, nargs="+", help="SQuAD JSON; several: a row for each and their mean"
         ),
     )
-    config.add_options(p, PostprocessConfig, several=("lang",))
+    config.add_options(p, PostprocessConfig, several=("lang",), unset=True)
     args = p.parse_args(argv)
-    langs = args.lang or [None]
+    given = config.given(PostprocessConfig, args)
+    langs = given.pop("lang", [None])
     if len(langs) not in (1, len(args.eval_file)):
         raise UserError(f"--lang: give one language, or one for each of the {len(args.eval_file)} --eval-file")
-    each = [
-        config.from_args(PostprocessConfig, argparse.Namespace(**{**vars(args), "lang": lang}))
-        for lang in langs * (len(args.eval_file) // len(langs))
-    ]
+    each = [{**given, **({"lang": lang} if lang else {})} for lang in langs * (len(args.eval_file) // len(langs))]
     return Evaluation(inference_from_args(args), args.eval_file, each)
 
 
@@ -235,37 +247,42 @@ class Loaded(NamedTuple):
     pad_id: int
     dist: DistEnv
 
+    def answers(self, postprocess: PostprocessConfig, examples: Optional[Examples] = None) -> Optional[Predictions]:
+        """`predict` over this file's features, progress shown: the answers to its examples (or to `examples`, the
+        same questions asked another way) on rank 0, None elsewhere."""
+        asked = self.examples if examples is None else examples
+        return predict(self.module, asked, self.features, self.device, self.pad_id, postprocess, self.dist, shown=True)
 
-Task = Callable[[Loaded], Any]  # what runs on every rank for each file
+
+FileWork = Callable[[Loaded], Any]  # what runs on every rank for each file
 
 
-def on_every_rank(job: Inference, files: Sequence[Examples], task: Task) -> list[Any]:
-    """Load the model, then on every rank the launcher started build the features of each file's examples
-    and run `task`: the results, in file order."""
+def on_every_rank(job: Inference, windows: WindowConfig, files: Sequence[Examples], work: FileWork) -> list[Any]:
+    """Load the model, then on every rank the launcher started build the features of each file's examples in
+    `windows` and run `task`: the results, in file order."""
     cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
-    model_dir = cache.find_model(job.model.model_dir, cache_dir)
+    model_dir = job.model_dir()
     tokenizer = model.load_tokenizer(model_dir)
     for examples in files:
-        check_tokenizer(tokenizer, examples.records[0], job.windows)
+        check_tokenizer(tokenizer, examples.records[0], windows)
     module = model.load_qa_model(model_dir)
-    model.check_window(module, job.windows.max_seq_length, model_dir)
+    model.check_window(module, windows.max_seq_length, model_dir)
     writable_directory(job.output_dir, "--output-dir ")
     dist = distributed.detect()
     results = []
     with distributed.process_group(dist) as device:
         module.to(device)
         for i, examples in enumerate(files):
-            features = build_features(
-                examples,
-                tokenizer,
-                job.windows,
-                cache_dir,
-                train=False,
-                dist=dist,
-                workers=job.preprocess.preprocessing_workers,
-            )
-            results.append(task(Loaded(i, module, examples, features, device, tokenizer.pad_token_id, dist)))
+            workers = job.preprocess.preprocessing_workers
+            features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist, workers=workers)
+            results.append(work(Loaded(i, module, examples, features, device, tokenizer.pad_token_id, dist)))
     return results
+
+
+def plan_line(file: Loaded, settings: task.Settings) -> str:
+    """What a file's inference is about to do: its questions, their windows and the answer rules, and where
+    each setting came from."""
+    return f"{file.examples.source}: {len(file.examples)} questions, {len(file.features)} features; {settings.line}"
 
 
 def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
@@ -283,24 +300,27 @@ def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
 
 
 def run(asked: Evaluation) -> int:
-    """`bert-squad evaluate`: score a saved model on one or more eval files, on all ranks the launcher started."""
+    """`bert-squad evaluate`: score a saved model on one or more eval files, on all ranks the launcher started.
+    Windows and answer rules not given are the model's (`task.resolve`)."""
     job, eval_files, postprocess = asked
     outs = output_dirs(job.output_dir, eval_files)
     files = [read_squad(path) for path in eval_files]
+    model_dir = job.model_dir()
+    settings = [task.resolve(model_dir, job.windows, given) for given in postprocess]
 
-    def task(file: Loaded) -> Optional[dict[str, Any]]:
-        out = outs[file.position]
+    def score_file(file: Loaded) -> Optional[dict[str, Any]]:
+        out, chosen = outs[file.position], settings[file.position]
         if file.dist.is_main:
             out.mkdir(parents=True, exist_ok=True)
-        postprocessing = postprocess[file.position]
-        result = predict(file.module, file.examples, file.features, file.device, file.pad_id, postprocessing, file.dist)
-        return score_predictions(result, file.examples, postprocessing.lang, output_dir=out)
+            print(plan_line(file, chosen), file=sys.stderr, flush=True)
+        result = file.answers(chosen.postprocess)
+        return score_predictions(result, file.examples, chosen.postprocess.lang, output_dir=out)
 
-    results = on_every_rank(job, files, task)
+    results = on_every_rank(job, settings[0].windows, files, score_file)
     if results[0] is None:  # not rank 0
         return 0
     if len(files) > 1:
-        print(table(eval_files, [p.lang for p in postprocess], results))
+        print(table(eval_files, [s.postprocess.lang for s in settings], results))
     print(
         json.dumps(results[0] if len(files) == 1 else {"files": dict(zip(eval_files, results)), "mean": mean(results)})
     )

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from bert_squad import checkpoint, config, model
+from bert_squad import checkpoint, config, model, task
 from bert_squad.errors import UserError
 from bert_squad.files import writable_directory
 
@@ -61,7 +61,7 @@ def run(asked: Export) -> int:
     if missing:
         raise UserError(f"{found.path}: its weights lack {missing[0]} of the model its config describes")
     writable_directory(asked.output_dir, "--output-dir ")
-    model.export(module, state, tokenizer, Path(asked.output_dir))
+    model.export(module, state, tokenizer, task.recorded(hf), Path(asked.output_dir))
     print(f"exported {found.path} to {asked.output_dir}")
     return 0
 

@@ -70,10 +70,16 @@ def scratch(folder: PathLike, name: str, directory: bool = False) -> Path:
     else:
         fd, made = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
         os.close(fd)
+    return umask_mode(made)
+
+
+def umask_mode(path: PathLike) -> Path:
+    """`path` given the mode the umask gives a new file or directory (0644 / 0755 under umask 022): for what a
+    library wrote owner-only (tempfile, safetensors), before it is moved where teammates read it."""
     umask = os.umask(0)  # read by setting it: the one way besides /proc
     os.umask(umask)
-    os.chmod(made, (0o777 if directory else 0o666) & ~umask)
-    return Path(made)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+    return Path(path)
 
 
 def probe_write(path: PathLike) -> None:

@@ -5,6 +5,7 @@ to the reference answers and that question's EM/F1, then a summary table. Runs o
 """
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -13,8 +14,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from bert_squad import cache, config
-from bert_squad.answer import Answerer, answering_configs, highlighted
-from bert_squad.config import ModelConfig, PostprocessConfig, WindowConfig
+from bert_squad.answer import add_answering_options, answering_options, highlighted, load_answerer
+from bert_squad.config import ModelConfig
 from bert_squad.data import Examples, load_hub_split, read_squad
 from bert_squad.errors import UserError
 from bert_squad.metrics import exact_match, f1
@@ -26,8 +27,8 @@ class Inspection:
     """What `bert-squad-test` is asked: the model, the questions to look at and how it answers them."""
 
     model: ModelConfig
-    windows: WindowConfig
-    postprocess: PostprocessConfig
+    windows: dict[str, Any]  # the window options given; the rest are the model's (`task.resolve`)
+    postprocess: dict[str, Any]  # the answer options given, likewise
     eval_file: Optional[str]  # a SQuAD JSON file, or None for the hub dataset
     dataset: str  # the hub dataset in the cache, where there is no eval file
     start_sample: int
@@ -43,12 +44,11 @@ def parse(argv: list[str]) -> Inspection:
     src.add_argument("--dataset", default="squad", help="hub dataset in the cache (its validation split)")
     p.add_argument("--start-sample", type=int, default=0)
     p.add_argument("--num-test-samples", type=int, default=10)
-    config.add_options(p, WindowConfig)
-    config.add_options(p, PostprocessConfig)
+    add_answering_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the rich view")
     args = p.parse_args(argv)
     return Inspection(
-        *answering_configs(args),
+        *answering_options(args),
         args.eval_file,
         args.dataset,
         args.start_sample,
@@ -66,7 +66,6 @@ def predicted_offsets(prediction: str, nbest: list[dict[str, Any]]) -> Optional[
 def collect(asked: Inspection) -> list[dict[str, Any]]:
     """The selected questions with predictions and scores, as plain records."""
     cache_dir = cache.resolve_cache_dir(asked.model.cache_dir)
-    qa = Answerer.from_pretrained(asked.model.model_dir, "cpu", asked.windows, asked.postprocess, cache_dir=cache_dir)
     examples = (
         read_squad(asked.eval_file) if asked.eval_file else load_hub_split(asked.dataset, "validation", cache_dir)
     )
@@ -76,8 +75,10 @@ def collect(asked: Inspection) -> list[dict[str, Any]]:
             f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
             f"its {len(examples)} questions (questions 0..{len(examples) - 1})"
         )
+    qa, settings = load_answerer(asked.model, asked.windows, asked.postprocess, "cpu", None)
     chosen = Examples(examples.records[first : first + count], examples.source, examples.version_2)
     predictions, nbest, _ = qa.predict(chosen)
+    print(settings, file=sys.stderr, flush=True)
     out = []
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]

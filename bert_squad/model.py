@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # transformers, torch and DeepSpeed load with the model, not 
     from deepspeed import DeepSpeedEngine
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
+    from bert_squad.task import Task
+
 PathLike = Union[str, os.PathLike]
 
 
@@ -314,10 +316,15 @@ def gathered_state_dict(engine: "DeepSpeedEngine") -> Optional[dict[str, "torch.
 
 
 def export(
-    module: "PreTrainedModel", state: dict[str, "torch.Tensor"], tokenizer: "PreTrainedTokenizerFast", out_dir: PathLike
+    module: "PreTrainedModel",
+    state: dict[str, "torch.Tensor"],
+    tokenizer: "PreTrainedTokenizerFast",
+    trained: Optional["Task"],
+    out_dir: PathLike,
 ) -> None:
-    """Write model (fp32 safetensors of `state`) and tokenizer beside each other, each file replaced atomically;
-    with the project's span head, its modelling file too (the config's auto_map names it)."""
+    """Write model (fp32 safetensors of `state`), tokenizer and the task it was `trained` for (where known) beside
+    each other, each file replaced atomically and given the mode the umask gives (safetensors writes its file
+    owner-only); with the project's span head, its modelling file too (the config's auto_map names it)."""
     out_dir = Path(out_dir)
     tmp = files.scratch(out_dir, "export", directory=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
@@ -329,7 +336,10 @@ def export(
     config.save_pretrained(str(tmp))
     _write_span_head(module, tmp)
     save_tokenizer(tokenizer, tmp)
+    if trained is not None:
+        trained.write(tmp)
     for f in tmp.iterdir():
+        files.umask_mode(f)
         os.replace(f, out_dir / f.name)
     tmp.rmdir()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TRAIN_METRICS = "train_metrics.json"
+TRAINING_CURVES = "training_curves.png"  # the loss and dev F1 against the step, every part of a resumed run
 DEEPSPEED_CONFIG = "deepspeed_config.json"  # the run's finished config: given back, the same run
 EVAL_METRICS = "eval_metrics.json"
 PREDICTIONS = "predictions.json"

@@ -6,9 +6,10 @@ started, post-processing on rank 0), so on a labelled file its predictions are `
 """
 
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple
+import sys
+from typing import Any, NamedTuple
 
-from bert_squad import config
+from bert_squad import config, task
 from bert_squad.config import PostprocessConfig
 from bert_squad.data import read_squad
 from bert_squad.evaluate import (
@@ -17,12 +18,9 @@ from bert_squad.evaluate import (
     inference_from_args,
     on_every_rank,
     parser,
-    predict,
+    plan_line,
     write_predictions,
 )
-
-if TYPE_CHECKING:  # the libraries load with the model and the features
-    pass
 
 
 class Prediction(NamedTuple):
@@ -30,7 +28,7 @@ class Prediction(NamedTuple):
 
     inference: Inference
     input: str
-    postprocess: PostprocessConfig
+    postprocess: dict[str, Any]  # the answer options given; the rest are the model's (`task.resolve`)
 
 
 def parse(argv: list[str]) -> Prediction:
@@ -39,25 +37,29 @@ def parse(argv: list[str]) -> Prediction:
         run.__doc__,
         lambda p: p.add_argument("--input", required=True, help="SQuAD JSON (v1.1 or v2.0 shape); answers optional"),
     )
-    config.add_options(p, PostprocessConfig, without=("lang",))  # nothing is scored
+    config.add_options(p, PostprocessConfig, without=("lang",), unset=True)  # nothing is scored
     args = p.parse_args(argv)
-    return Prediction(inference_from_args(args), args.input, config.from_args(PostprocessConfig, args))
+    return Prediction(inference_from_args(args), args.input, config.given(PostprocessConfig, args))
 
 
 def run(asked: Prediction) -> int:
     """`bert-squad predict`: predictions.json ({id: answer}), the n-best and, for a SQuAD 2.0 model,
-    null_odds.json in --output-dir, on all ranks the launcher started."""
+    null_odds.json in --output-dir, on all ranks the launcher started. Windows and answer rules not given are
+    the model's (`task.resolve`)."""
     job, path, postprocess = asked
     examples = read_squad(path, labelled=False)
+    settings = task.resolve(job.model_dir(), job.windows, postprocess)
+    # "No answer" competes where the model was trained for it, else where the file is v2.0.
+    version_2 = settings.trained.version_2_with_negative if settings.trained else examples.version_2
+    asked_examples = dataclasses.replace(examples, version_2=version_2)
 
-    def task(file: Loaded) -> None:
-        # "No answer" competes where the model was trained for it (train records this), else where the file is v2.0.
-        version_2 = getattr(file.module.config, "version_2_with_negative", examples.version_2)
-        asked = dataclasses.replace(examples, version_2=version_2)
-        result = predict(file.module, asked, file.features, file.device, file.pad_id, postprocess, file.dist)
+    def answer_file(file: Loaded) -> None:
+        if file.dist.is_main:
+            print(plan_line(file, settings), file=sys.stderr, flush=True)
+        result = file.answers(settings.postprocess, asked_examples)
         if result is not None:
             write_predictions(job.output_dir, result)
             print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")
 
-    on_every_rank(job, [examples], task)
+    on_every_rank(job, settings.windows, [examples], answer_file)
     return 0

@@ -1,14 +1,19 @@
-"""Stopping on request: Slurm's end-of-job warning (SIGUSR1) or preemption and scancel (SIGTERM).
+"""Stopping on request: Slurm's end-of-job warning (SIGUSR1), preemption and scancel (SIGTERM), and Ctrl-C
+(SIGINT) where a person trains at a terminal or under salloc.
 
 The handler only records the signal; the training loop asks every rank at steps all ranks know alike
 (`distributed.StopCheck`: the log steps, and about every 10 s of training between), so all ranks
-stop at the same step, save one checkpoint and exit with EXIT_STOPPED. The handlers are this module's only
-while a `StopRequest` is entered: on the way out the previous ones are back.
+stop at the same step, save one checkpoint and exit with EXIT_STOPPED. After the first Ctrl-C a second one
+ends the process at once, by SIGINT's own default action, whatever it is doing: a checkpoint it was saving is
+left without its `complete` marker, so no resume takes it. The handlers are this module's only while a
+`StopRequest` is entered (the training loop): on the way out the previous ones are back, and a Ctrl-C
+elsewhere (building, evaluating, exporting) ends the command with exit 130 as before.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -16,10 +21,11 @@ EXIT_STOPPED = 75  # stopped after saving a checkpoint: resume with --resume aut
 
 
 class StopRequest:
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], None] = print) -> None:
         self.signum: int | None = None
+        self.say = say  # where the Ctrl-C line goes (rank 0's log)
         self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -32,6 +38,9 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C aborts at once
+            self.say("Ctrl-C: stopping at the next step every rank checks, with a checkpoint; Ctrl-C again aborts")
 
     @property
     def requested(self) -> bool:

@@ -1,14 +1,17 @@
-"""What a training run shows: rank 0's log lines, and a progress bar where a person watches one process.
+"""What a run shows: rank 0's log lines, and a progress bar where a person watches one process.
 
-Every line a run prints is worded here, so the training loop only says what happened.
+Every line a training run prints is worded here, so the training loop only says what happened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from bert_squad import checkpoint, distributed, perf
@@ -106,6 +109,12 @@ def early_stop_line(step: int, patience: int, record: Best) -> str:
     )
 
 
+def stopped_line(step: int, signum: int | None, code: int) -> str:
+    """The last line of a run stopped by a signal (`signum`; None: another rank's), with the resume hint."""
+    why = f"signal {signal.Signals(signum).name}" if signum else "signal on another rank"
+    return f"stop requested ({why}): checkpoint at step {step} saved; exiting with {code}, resume with --resume auto"
+
+
 def monitor_events(rates: perf.Rates, samples: int) -> list[tuple[str, float | None, int]]:
     """The log line's loss and throughput for DeepSpeed's monitors (it writes the learning rate itself), by
     samples seen, as DeepSpeed's own series are."""
@@ -151,3 +160,39 @@ class ProgressDisplay:
     def advance(self, step: int, rates: perf.Rates | None) -> None:
         info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
         self.bar.update(self.task, completed=step, info=info)
+
+
+class InferenceProgress:
+    """An inference's forward passes, counted on stderr where its JSON or files are the output: a rich bar where a
+    person watches (stderr a terminal, no launcher), else a line at each tenth of the passes for a batch log;
+    nothing where not `enabled` (the other ranks)."""
+
+    TENTHS = 10
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        watched = enabled and sys.stderr.isatty() and not distributed.started_by_launcher()
+        self.bar = Progress(
+            TextColumn("[bold]predict"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not watched,
+        )
+        self.lines = enabled and not watched
+        self.task = self.bar.add_task("predict", total=total)
+
+    def __enter__(self) -> InferenceProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return self.bar.__exit__(*exc)
+
+    def advance(self) -> None:
+        self.done += 1
+        self.bar.update(self.task, completed=self.done)
+        tenth = self.done * self.TENTHS // self.total
+        if self.lines and tenth > (self.done - 1) * self.TENTHS // self.total:
+            print(f"predict: {self.done}/{self.total} batches ({tenth * 10}%)", file=sys.stderr, flush=True)

@@ -12,12 +12,14 @@ libraries below load with the process set up, and `--help` loads none of them.
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
+import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,14 +43,17 @@ from bert_squad import (
     model,
     outputs,
     perf,
+    plots,
     report,
     resume,
+    task,
 )
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
 from bert_squad.errors import UserError
 from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
 from bert_squad.files import PathLike, directory, writable_directory, write_json_atomic, write_text_atomic
+from bert_squad.history import History
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
 
@@ -64,7 +69,7 @@ class Inputs:
     tokenizer: PreTrainedTokenizerFast
     module: PreTrainedModel  # the transformers QA model, before DeepSpeed wraps it
     resuming: Optional[resume.Decision]  # the checkpoint it continues, and how
-    stamp: checkpoint.Stamp  # what the run's checkpoints record of it
+    stamp: checkpoint.Stamp  # what the run's checkpoints record of it, the task its exports record among it
 
 
 @dataclass(frozen=True)
@@ -92,14 +97,25 @@ class Run:
     collate: Collator
     progress: checkpoint.Progress
     meter: perf.Meter
-    started: float  # perf_counter() when the build began: the run's wall time counts from here
-    evals: list = field(default_factory=list)
-    logs: list = field(default_factory=list)  # each log line's step and rates
+    started: float  # perf_counter() when the build began: this part's wall time counts from here
+    history: History  # every log line and evaluation of the run, and its parts (a resumed run continues it)
     best_so_far: Optional[best.Best] = None  # with --keep-best or --early-stopping
 
     @property
     def last_rates(self) -> dict:
-        return self.logs[-1] if self.logs else {}
+        return self.history.logs[-1] if self.history.logs else {}
+
+    def reached(self) -> None:
+        """The history's current part has reached this step, after this long."""
+        self.history.reach(self.progress.step, time.perf_counter() - self.started)
+
+    def save_extras(self, path: Path) -> None:
+        """What rank 0 writes into a checkpoint beside DeepSpeed's files: the history so far, and the best step's
+        record where --keep-best keeps one."""
+        self.reached()
+        self.history.save(path)
+        if self.best_so_far:
+            self.best_so_far.save(path)
 
 
 def main(cfg: config.RunConfig) -> int:
@@ -163,9 +179,9 @@ def check(cfg: config.RunConfig) -> Inputs:
     memory = get_accelerator().total_memory()
     batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(ds_path)
     model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, batch_from)
-    # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
-    module.config.version_2_with_negative = train_examples.version_2
-    stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, cfg.windows, settings)
+    # What its exports record, for the commands that load them: the windows, answer rules and v2.0 mode.
+    trained = task.Task(cfg.windows, cfg.postprocess, train_examples.version_2)
+    stamp = checkpoint.stamp(cfg.data.model, module, tokenizer, trained, settings)
     if resume_from:
         checkpoint.check_matches(resume_from, stamp)
         for line in resume_from.skipped:  # newer checkpoints passed over as damaged
@@ -243,6 +259,9 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     report.log(dist, plan)
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
+    finished = Path(cfg.data.output_dir) / outputs.TRAIN_METRICS
+    history = History.resumed(inputs.resuming.found.path, finished) if inputs.resuming else History()
+    history.start_part(progress.step, dist.world_size)
     return Run(
         inputs,
         work,
@@ -253,6 +272,7 @@ def build(inputs: Inputs, device: torch.device) -> Run:
         progress,
         meter,
         started,
+        history,
         best_so_far=record if cfg.train.keeps_best else None,
     )
 
@@ -277,6 +297,7 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
             collate_fn=run.collate,
             num_workers=2 if on_gpu else 0,
             pin_memory=on_gpu,
+            worker_init_fn=ignore_interrupts,
             generator=torch.Generator().manual_seed(run.inputs.cfg.train.seed),
         )
     )
@@ -286,6 +307,12 @@ def optimizer_steps(run: Run) -> Iterator[list[dict[str, torch.Tensor]]]:
         micro_batches = [next(loader) for _ in range(gas)]
         progress.step, progress.batch_in_epoch = progress.step + 1, progress.batch_in_epoch + gas
         yield micro_batches
+
+
+def ignore_interrupts(worker_id: int) -> None:
+    """A loader worker leaves Ctrl-C to the rank that started it (`StopRequest`): the terminal sends it to the
+    whole process group, and a worker that died of it would end the step before the checkpoint."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def loop(run: Run) -> int:
@@ -299,7 +326,8 @@ def loop(run: Run) -> int:
     clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
     scaler = engine.torch_autocast_z0_gradscaler  # fp16 autocast at ZeRO stage 0: torch's loss scaler
     stop_check = distributed.StopCheck(progress.step)
-    with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
+    say = functools.partial(report.log, dist)
+    with StopRequest(say) as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
             for batch in micro_batches:
@@ -312,7 +340,7 @@ def loop(run: Run) -> int:
             # log every --log-every steps: a host sync (the sums' all-reduce reads the loss off the device)
             logged = progress.step % train.log_every == 0 or progress.step == total
             if logged:
-                run.logs.append(dict(step=progress.step, **run.meter.log_rates(distributed.all_sum)))
+                run.history.logs.append(dict(step=progress.step, **run.meter.log_rates(distributed.all_sum)))
                 lr, skipped = engine.get_lr()[0], engine.skipped_steps
                 shown.log(report.rates_line(progress.step, total, lr, run.last_rates, device, skipped))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
@@ -329,11 +357,7 @@ def loop(run: Run) -> int:
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
                 save_checkpoint(run)
             if stopping:
-                report.log(
-                    dist,
-                    f"stop requested (signal {stop.signum or 'on another rank'}): checkpoint at step "
-                    f"{progress.step} saved; exiting with {EXIT_STOPPED}, resume with --resume auto",
-                )
+                report.log(dist, report.stopped_line(progress.step, stop.signum, EXIT_STOPPED))
                 return EXIT_STOPPED
             shown.advance(progress.step, run.last_rates)
     return 0
@@ -366,7 +390,7 @@ def save_checkpoint(run: Run) -> None:
         cfg.faults.keep_checkpoints,
         run.inputs.dist,
         run.inputs.stamp,
-        extra=run.best_so_far.save if run.best_so_far else None,
+        extra=run.save_extras,
     )
 
 
@@ -387,7 +411,7 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
     metrics = score_predictions(result, inputs.dev_examples, postprocess.lang, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
-        run.evals.append(dict(metrics, step=run.progress.step))
+        run.history.evals.append(dict(metrics, step=run.progress.step))
         report.log(inputs.dist, report.eval_line(run.progress.step, metrics))
     if run.best_so_far and run.best_so_far.judge(run.progress.step, metrics):
         export_best(run)
@@ -408,7 +432,7 @@ def export_best(run: Run) -> None:
     run.engine.empty_partition_cache()
     if run.inputs.dist.is_main:
         assert state is not None and run.best_so_far is not None  # rank 0 holds the whole model; --keep-best
-        model.export(run.engine.module, state, run.inputs.tokenizer, best.pending_dir(out))
+        model.export(run.engine.module, state, run.inputs.tokenizer, run.inputs.stamp.task, best.pending_dir(out))
         best.promote(out, step)
         best.prune(out, run.best_so_far)
 
@@ -418,7 +442,7 @@ def finish(run: Run) -> None:
     finished."""
     inputs = run.inputs
     dist, out, exporting = inputs.dist, Path(inputs.cfg.data.output_dir), not inputs.cfg.data.no_export
-    wall = time.perf_counter() - run.started
+    run.reached()
     run_rates = run.meter.run_rates(distributed.all_sum)
     state = model.gathered_state_dict(run.engine) if exporting else None  # a collective under ZeRO-3
     digest = None if state is None else model.weights_digest(state)
@@ -430,24 +454,37 @@ def finish(run: Run) -> None:
         return
     if exporting and not (kept and kept.step is not None and best.install(out, kept.step)):
         assert state is not None  # rank 0 holds the whole model
-        model.export(run.engine.module, state, inputs.tokenizer, out)
+        model.export(run.engine.module, state, inputs.tokenizer, inputs.stamp.task, out)
         if kept:
             report.log(
                 dist,
                 f"note: the export of the best step {kept.step} is gone (resumed from an older "
                 f"checkpoint?): the final step's model is saved instead",
             )
-    write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, wall, run_rates, digests))
+    draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
+    write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, run_rates, digests))
+    wall = f"{run.history.wall_time_s:.0f}s" + (
+        f" in {len(run.history.parts)} parts" if len(run.history.parts) > 1 else ""
+    )
     report.log(
         dist,
-        f"saved model and tokenizer to {out} ({wall:.0f}s)"
+        f"saved model and tokenizer to {out} ({wall})"
         if exporting
-        else f"saved the metrics to {out}, no model (--no-export) ({wall:.0f}s)",
+        else f"saved the metrics to {out}, no model (--no-export) ({wall})",
     )
 
 
-def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: list[Any]) -> dict[str, Any]:
-    """What train_metrics.json records of a finished run: its shape, rates, evaluations and settings."""
+def draw_curves(history: History, path: Path, dist: distributed.DistEnv) -> None:
+    """training_curves.png, where matplotlib is installed (one log line where it is not)."""
+    try:
+        plots.training_curves(history, path)
+    except ImportError:
+        report.log(dist, f"note: {plots.MISSING.format(path.name)}")
+
+
+def train_metrics(run: Run, run_rates: dict[str, Any], digests: list[Any]) -> dict[str, Any]:
+    """What train_metrics.json records of a finished run: its shape, rates, history (every part's) and
+    settings."""
     work, kept = run.work, run.best_so_far
     return {
         "steps": run.progress.step,
@@ -456,14 +493,13 @@ def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: lis
         "train_batch_size": work.ds_config.batch.size,
         "precision": work.ds_config.precision,
         "engine": report.engine_facts(run.engine),
-        "wall_time_s": wall,
+        "wall_time_s": run.history.wall_time_s,  # every part's, added up
         "device": perf.device_name(run.device),
         **{f"run_{k}": v for k, v in run_rates.items()},
         "last_log": run.last_rates,
-        "logs": run.logs,
+        **run.history.as_dict(),  # logs, evals, parts
         "peak_memory_gib": perf.peak_memory_gib(run.device),
         "features": work.feature_report,
-        "evals": run.evals,
         "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
         "deepspeed_config": work.ds_config.as_dict(),
         "config": dataclasses.asdict(run.inputs.cfg),

@@ -145,16 +145,17 @@ def zero_on_cpu(tmp_path, stage, bf16=False):
 
 class Started:
     """A process a test starts: its own process group, stdout and stderr in files (nothing to block on),
-    and the whole group killed on the way out of the `with`, whatever happened inside it."""
+    and the whole group killed on the way out of the `with`, whatever happened inside it; with `umask`, the
+    process's own (as `umask 027; cmd` in a shell sets it), else this one's."""
 
-    def __init__(self, cmd, folder, env=None, cwd=ROOT):
+    def __init__(self, cmd, folder, env=None, cwd=ROOT, umask=None):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.cmd, self.stdout_file, self.stderr_file = list(map(str, cmd)), folder / "stdout", folder / "stderr"
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         with open(self.stdout_file, "wb") as out, open(self.stderr_file, "wb") as err:
             if preloaded.can_fork(self.cmd, env, cwd):
-                self.proc = preloaded.start(self.cmd[1:], env, self.stdout_file, self.stderr_file)
+                self.proc = preloaded.start(self.cmd[1:], env, self.stdout_file, self.stderr_file, umask)
                 return
             self.proc = subprocess.Popen(
                 self.cmd,
@@ -164,6 +165,7 @@ class Started:
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
+                umask=-1 if umask is None else umask,
             )
 
     def __enter__(self):
@@ -215,19 +217,20 @@ def run_in_checkout(*cmd, timeout=600, **kwargs):
     return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, cwd=ROOT, timeout=timeout, **kwargs)
 
 
-def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
+def run_bert_squad(*args, launcher=(), env=None, timeout=600, cwd=ROOT, umask=None):
     """Run the real CLI (optionally under a launcher such as mpirun) to its end; its group is killed after."""
-    return run_python("-m", "bert_squad", *args, launcher=launcher, env=env, timeout=timeout, cwd=cwd)
+    return run_python("-m", "bert_squad", *args, launcher=launcher, env=env, timeout=timeout, cwd=cwd, umask=umask)
 
 
-def run_python(*args, launcher=(), env=None, timeout=600, cwd=ROOT):
-    """`python *args` (optionally under a launcher such as mpirun) to its end; its group is killed after."""
+def run_python(*args, launcher=(), env=None, timeout=600, cwd=ROOT, umask=None):
+    """`python *args` (optionally under a launcher such as mpirun) to its end, under `umask` where given; its
+    group is killed after."""
     import tempfile
 
     env = {**launcher_env(launcher), **(env or {})}
     with (
         tempfile.TemporaryDirectory(prefix="bert-squad-run-") as folder,
-        Started([*launcher, PYTHON, *args], folder, env=env, cwd=cwd) as proc,
+        Started([*launcher, PYTHON, *args], folder, env=env, cwd=cwd, umask=umask) as proc,
     ):
         code = proc.wait(timeout)
         return subprocess.CompletedProcess(proc.cmd, code, proc.stdout, proc.stderr)

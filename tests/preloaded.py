@@ -120,10 +120,11 @@ def import_output(rank: int) -> str:
     return os.pread(_servers[rank][1].fileno(), 1 << 16, 0).decode(errors="replace")
 
 
-def start(args: list, env: dict, stdout: Path, stderr: Path) -> "Forked":
+def start(args: list, env: dict, stdout: Path, stderr: Path, umask: "int | None" = None) -> "Forked":
     """`python *args` (`-m bert_squad ...` or a tap script's) forked from the server of its rank (started on first
-    use), its output appended to the files `stdout` and `stderr`."""
-    process = _context.Process(target=_run_cli, args=(args, env, str(stdout), str(stderr)))
+    use), its output appended to the files `stdout` and `stderr`, under `umask` where given (else the server's,
+    the session's)."""
+    process = _context.Process(target=_run_cli, args=(args, env, str(stdout), str(stderr), umask))
     with _forking_by(server_of(env)):
         process.start()
     return Forked(process)
@@ -216,13 +217,15 @@ class Forked:
         os.kill(self.pid, sig)
 
 
-def _run_cli(args: list, env: dict, stdout: str, stderr: str) -> None:
+def _run_cli(args: list, env: dict, stdout: str, stderr: str, umask: "int | None") -> None:
     """In the forked child: become the process `python *args` would be, run it, and end as the interpreter ends
     it: the exit code of a SystemExit as the interpreter reads it, a traceback from the run's own frames and 1
     for any other exception, then the interpreter's finalization (Py_Exit: threads joined, atexit handlers,
     streams flushed, every object freed, then C's exit with its handlers). An uncaught KeyboardInterrupt ends
     it by SIGINT, as the interpreter does, but after the threads and atexit handlers alone."""
     os.setsid()  # a process group of its own, which the tests signal and kill as a whole
+    if umask is not None:
+        os.umask(umask)
     for fd, path in ((1, stdout), (2, stderr)):  # the server's sys.stdout and sys.stderr write here
         opened = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(opened, fd)

@@ -176,4 +176,4 @@ def test_predict_offers_no_scoring_language_and_evaluate_does():
     with pytest.raises(UserError, match="unrecognized arguments: --lang de"):
         predict.parse([*common, "--input", "f.json"])
     _, _, (postprocess,) = evaluate.parse([*common, "--eval-file", "f.json"])
-    assert postprocess.lang == "de"
+    assert postprocess == {"lang": "de"}

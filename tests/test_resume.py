@@ -45,29 +45,58 @@ def _weights(out):
     return load_file(str(out / "model.safetensors"))
 
 
-def test_stop_on_signal_then_resume_matches_uninterrupted_run(tiny_model, sample_train, tmp_path):
+def test_ctrl_c_then_resume_matches_uninterrupted_run_and_keeps_the_history(tiny_model, sample_train, tmp_path):
+    """Ctrl-C (SIGINT) at a step checkpoints and exits 75, as SIGTERM does; `--resume auto` ends bit-identical to an
+    uninterrupted run, and its train_metrics.json holds both parts: every log line once, each part's wall time and
+    their sum, and a figure of the whole run."""
     ref = tmp_path / "ref" / "out"
     r = run_bert_squad(*_args(tiny_model, sample_train, ref))
     assert r.returncode == 0, r.stderr[-2000:]
 
     out = tmp_path / "stopped" / "out"
-    with _start(tiny_model, sample_train, out, "--log-every", "1") as proc:
-        proc.wait_for("step 5/16")
-        proc.proc.send_signal(signal.SIGUSR1)
+    with _start(tiny_model, sample_train, out, "--log-every", "2") as proc:
+        proc.wait_for("step 6/16")
+        proc.proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
-        assert "stop requested (signal 10)" in proc.stdout
+        assert "Ctrl-C: stopping at the next step every rank checks" in proc.stdout
+        assert "stop requested (signal SIGINT)" in proc.stdout and "resume with --resume auto" in proc.stdout
     tags = complete_tags(checkpoint_root(out))
-    assert len(tags) == 1 and 5 <= int(tags[0][4:]) < 16
+    assert len(tags) == 1 and 6 <= int(tags[0][4:]) < 16
+    stopped_at = int(tags[0][4:])
     assert not (out / "model.safetensors").exists()  # a stopped run exports nothing half-done
 
-    r = run_bert_squad(*_args(tiny_model, sample_train, out, "--resume", "auto"))
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, "--resume", "auto", "--log-every", "2"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resumed from {checkpoint_root(out) / tags[0]}" in r.stdout
     a, b = _weights(ref), _weights(out)
     assert a.keys() == b.keys()
     for k in a:
         assert (a[k] == b[k]).all(), k  # bit-identical
-    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 16
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["steps"] == 16 and [log["step"] for log in metrics["logs"]] == list(range(2, 17, 2))
+    parts = [(p["first_step"], p["last_step"], p["world_size"]) for p in metrics["parts"]]
+    assert parts == [(0, stopped_at, 1), (stopped_at, 16, 1)]
+    assert all(p["wall_time_s"] > 0 for p in metrics["parts"])
+    assert metrics["wall_time_s"] == pytest.approx(sum(p["wall_time_s"] for p in metrics["parts"]))
+    assert "in 2 parts" in r.stdout.splitlines()[-1]
+    assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_second_ctrl_c_aborts_at_once(tiny_model, sample_train, sample_dev, tmp_path):
+    """After the first Ctrl-C the run is on its way to a checkpoint; a second one ends it by SIGINT, without
+    waiting for the stop check or the save. Log lines far apart leave the stop check to its clock (about 10 s of
+    training on); an evaluation line says the loop is running."""
+    out = tmp_path / "out"
+    loop = ["--log-every", 100000, "--max-steps", 100000, "--eval-file", sample_dev, "--eval-every", 2]
+    cmd = [PYTHON, "-m", "bert_squad", *train_args(tiny_model, sample_train, out, *loop, cache=tmp_path / "cache")]
+    with Started(cmd, tmp_path / "logs") as proc:
+        proc.wait_for("eval step 2:")
+        proc.proc.send_signal(signal.SIGINT)
+        proc.wait_for("Ctrl-C again aborts")
+        proc.proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == -signal.SIGINT, proc.seen()
+        assert "stop requested" not in proc.stdout
+    assert not (checkpoint_root(out).exists() and complete_tags(checkpoint_root(out)))
 
 
 def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path):
@@ -77,7 +106,7 @@ def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path
         proc.wait_for("step 2/16")
         proc.proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
-        assert f"stop requested (signal {int(signal.SIGTERM)})" in proc.stdout
+        assert "stop requested (signal SIGTERM)" in proc.stdout
     assert complete_tags(checkpoint_root(out))
 
 
@@ -143,7 +172,7 @@ def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_st
     cmd = [*tap, *_args(tiny_model, sample_train, out, "--max-steps", 100000, "--log-every", 100000)]
     with ranks_by_hand(cmd, tmp_path) as (first, second):
         assert [first.wait(timeout=600), second.wait(timeout=600)] == [EXIT_STOPPED] * 2, (first.seen(), second.seen())
-        assert "stop requested (signal 10)" in first.stdout
+        assert "stop requested (signal SIGUSR1)" in first.stdout
     step = int(re.search(r"checkpoint at step (\d+) saved", first.stdout).group(1))
     assert complete_tags(checkpoint_root(out)) == [f"step{step:08d}"] and step > 12
     seen = [json.loads((tmp_path / f"calls.json.rank{rank}").read_text()) for rank in (0, 1)]

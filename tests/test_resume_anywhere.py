@@ -314,6 +314,7 @@ def test_a_run_started_on_one_rank_grows_to_two(two_checkpoints, tiny_model, sam
     )
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 16, 4)
+    assert [(p["first_step"], p["last_step"], p["world_size"]) for p in metrics["parts"]] == [(0, 2, 1), (2, 4, 2)]
     assert metrics["deepspeed_config"]["train_micro_batch_size_per_gpu"] == 8
 
 
@@ -332,8 +333,17 @@ def test_the_first_run_evaluates_on_both_ranks_and_keeps_the_best(chain):
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_the_resumed_runs_finish_and_export(chain):
+    """The third run finishes and exports; its metrics hold the whole history: every part with its ranks, the log
+    lines of all three (every 2 steps) once each, the first run's evaluations (the last one after its final
+    checkpoint) and each part's wall time, drawn in training_curves.png."""
     metrics = json.loads((chain.out / "train_metrics.json").read_text())
     assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (2, 32, 6)
+    parts = [(p["first_step"], p["last_step"], p["world_size"]) for p in metrics["parts"]]
+    assert parts == [(0, 2, 2), (2, 4, 1), (4, 6, 2)]
+    assert [log["step"] for log in metrics["logs"]] == [2, 4, 6] and [e["step"] for e in metrics["evals"]] == [1, 2]
+    assert metrics["evals"] == chain.first["evals"]
+    assert metrics["wall_time_s"] == pytest.approx(sum(p["wall_time_s"] for p in metrics["parts"]))
+    assert (chain.out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert metrics["engine"]["optimizer"] == "torch.optim.adamw.AdamW" and metrics["engine"]["skipped_steps"] == 0
     assert_span_head_export(chain.out)
     assert checkpoint.complete_tags(checkpoint_root(chain.out)) == ["step00000004", "step00000006"]

@@ -15,9 +15,9 @@ from typing import Any, Optional
 from rich.console import Console
 from rich.table import Table
 
-from bert_squad import config, outputs
+from bert_squad import config, outputs, plots
 from bert_squad.errors import UserError
-from bert_squad.files import PathLike, read_json, scratch, write_text_atomic
+from bert_squad.files import PathLike, read_json, write_text_atomic
 from bert_squad.preemption import EXIT_STOPPED
 
 MANIFEST = "sweep.json"
@@ -129,27 +129,6 @@ def to_markdown(rows: list[dict[str, Any]], problems: list[tuple[str, int, str]]
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib  # heavy and optional: only for the plot
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(rows)), 3.5))
-    for i, r in enumerate(rows):
-        if r["f1_values"]:
-            ax.scatter([i] * len(r["f1_values"]), r["f1_values"], color="tab:blue", alpha=0.5, s=16)
-            ax.errorbar(i, r["f1_mean"], yerr=r["f1_std"], fmt="o", color="black", capsize=4)
-    ax.set_xticks(range(len(rows)), [r["combination"] for r in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("F1")
-    ax.set_title("F1 by combination (mean, standard deviation, seeds as dots)")
-    fig.tight_layout()
-    tmp = scratch(path.parent, path.name)  # two jobs may summarize one sweep at once
-    fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    tmp.replace(path)
-
-
 def parse(argv: list[str]) -> Path:
     """The sweep directory to summarize."""
     p = config.ArgumentParser(prog="bert-squad summarize", description=(__doc__ or "").splitlines()[0])
@@ -163,10 +142,10 @@ def run(sweep_dir: Path) -> int:
     write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
     written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
     try:
-        plot(rows, sweep_dir / "f1_by_combination.png")
+        plots.f1_by_combination(rows, sweep_dir / "f1_by_combination.png")
         written.append(sweep_dir / "f1_by_combination.png")
     except ImportError:
-        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)", file=sys.stderr)
+        print(f"bert-squad summarize: {plots.MISSING.format('plot')}", file=sys.stderr)
 
     table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
     for col in (
