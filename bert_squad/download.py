@@ -69,10 +69,26 @@ def download(cfg: RunConfig) -> int:
     return 0
 
 
+DOWNLOAD = (
+    "bert-squad download",
+    "Fetch a training run's model, tokenizer and (without --train-file) dataset into its cache: the one command "
+    "that uses the network (a login node). Takes the training options (also as `bert-squad --download-only ...`).",
+)
+CHECK_CACHE = (
+    "bert-squad check-cache",
+    "Say whether a training run's model and dataset are in its cache and its output dir can be written, offline "
+    "(what a job runs before any rank starts). Takes the training options.",
+)
+
+
+def parse_download(argv: list[str]) -> RunConfig:
+    return config.parse_run_config(argv, DOWNLOAD)
+
+
 def parse_check(argv: list[str]) -> RunConfig:
     if "--download-only" in argv:
         raise UserError("--download-only needs internet: run it on a login node, not in a job")
-    return config.parse_run_config(argv)
+    return config.parse_run_config(argv, CHECK_CACHE)
 
 
 def check_cache(cfg: RunConfig) -> int:

@@ -145,6 +145,7 @@ def test_a_sweep_task_runs_the_sweeps_action():
         (["--seeds", "1", "--grid", "no_eval=1"], "takes a value"),
         (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
         (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
+        (["--seeds", "1", "--", "--output_dir", "x"], "--output_dir: the sweep sets --output-dir, --seed, --resume"),
         (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
         (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride 32 must leave room"),
     ],

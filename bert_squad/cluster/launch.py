@@ -114,7 +114,7 @@ def build_parser() -> config.ArgumentParser:
         description="Submit slurm/<site>.sbatch with sbatch (--submit), or print the sbatch command (--dry-run, "
         "the default). Training arguments after `--` replace the script's DEFAULT_ARGS.",
     )
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1, help="nodes the job runs on (sbatch --nodes)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
     add_job_options(p)
     return p

@@ -153,7 +153,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def parse(argv: list[str]) -> Path:
     """The sweep directory to summarize."""
     p = config.ArgumentParser(prog="bert-squad summarize", description=(__doc__ or "").splitlines()[0])
-    p.add_argument("sweep_dir")
+    p.add_argument("sweep_dir", help="the sweep's directory, which holds its sweep.json")
     return Path(p.parse_args(argv).sweep_dir)
 
 

@@ -23,8 +23,9 @@ from bert_squad.errors import UserError, exit_code
 from bert_squad.files import directory, write_json_atomic, write_text_atomic
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
-# The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
-OWN_FLAGS = tuple(o.flag for o in config.training_options().values() if o.sweep == "per-run")
+# The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume; OWN_FLAGS in any spelling.
+OWN_OPTIONS = [o for o in config.training_options().values() if o.sweep == "per-run"]
+OWN_FLAGS = tuple(flag for o in OWN_OPTIONS for flag in o.spellings)
 # Grid keys that are short for a training option's name.
 GRID_SHORTHANDS = {"config": "deepspeed_config"}
 
@@ -127,7 +128,7 @@ def common_args(site: launch.Site, train_args: list[str]) -> list[str]:
         return [w for i, w in enumerate(words) if w not in OWN_FLAGS and (i == 0 or words[i - 1] not in OWN_FLAGS)]
     clash = next((w for w in train_args if w.split("=", 1)[0] in OWN_FLAGS), None)
     if clash:
-        raise UserError(f"{clash}: the sweep sets {', '.join(OWN_FLAGS)} for each run; leave it out")
+        raise UserError(f"{clash}: the sweep sets {', '.join(o.flag for o in OWN_OPTIONS)} for each run; leave it out")
     return list(train_args)
 
 
@@ -163,7 +164,7 @@ def build_parser() -> config.ArgumentParser:
     )
     p.add_argument("--max-parallel", type=int, default=None, help="runs at once (default: all)")
     p.add_argument("--name", help="sweep name (default: from the grid)")
-    p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
+    p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes")
     launch.add_job_options(p)
     p.set_defaults(nodes=1)  # each run on one node
     return p
@@ -267,7 +268,7 @@ def parse_task(argv: list[str]) -> SweepTask:
     p = config.ArgumentParser(
         prog="bert-squad sweep run", description="Train one combination of a sweep (what each array task runs)."
     )
-    p.add_argument("sweep_dir")
+    p.add_argument("sweep_dir", help="the sweep's directory, which holds its sweep.json")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
     own, train_args = launch.split_argv(list(argv))
     args = p.parse_args(own)
