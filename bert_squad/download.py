@@ -42,28 +42,35 @@ def download_dataset(name: str, cache_dir: str) -> Path:
     return target
 
 
-def download(cfg: RunConfig) -> int:
-    """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; one clear line
-    when the hub cannot be reached."""
+def check_hub(model: str) -> None:
+    """One clear line when the hub cannot be reached or has no such model."""
     import huggingface_hub  # heavy: check-cache, in the same module, needs none of it
     from huggingface_hub import constants
     from huggingface_hub.utils import RepositoryNotFoundError
 
-    data = cfg.data
-    writable_directory(data.cache_dir, "--cache-dir ")
     try:
-        huggingface_hub.model_info(data.model, timeout=10)
+        huggingface_hub.model_info(model, timeout=10)
     except RepositoryNotFoundError:  # reached, but no such model (a typo, or private)
         raise UserError(
-            f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
-            f"visible without a token): check its name"
+            f"model '{model}' is not on the hub {constants.ENDPOINT} (or not visible without a token): check its name"
         ) from None
     except Exception as err:  # any other failure here means: no usable hub from this machine
         raise UserError(
-            f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
+            f"cannot reach the Hugging Face hub for model '{model}' ({first_line(err)}); "
             f"--download-only needs internet (a login node), compute nodes then run offline"
         ) from None
-    print(f"model -> {download_model(data.model, data.cache_dir)}")
+
+
+def download(cfg: RunConfig) -> int:
+    """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; a local model
+    directory is only checked, as a run checks it."""
+    data = cfg.data
+    writable_directory(data.cache_dir, "--cache-dir ")
+    if cache.is_local(data.model):
+        print(f"model -> {cache.find_model(data.model, data.cache_dir)}")
+    else:
+        check_hub(data.model)
+        print(f"model -> {download_model(data.model, data.cache_dir)}")
     if not data.train_file:
         print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")
     return 0
