@@ -202,6 +202,21 @@ def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
     assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_summarize_prints_whole_columns_to_a_file_or_pipe(tmp_path, capsys, monkeypatch):
+    """Printed to a file or a pipe, the table is as wide as its columns (as on a wide enough terminal), not
+    squeezed into 80 columns: each row on one line, each value whole."""
+    fake_sweep(tmp_path)
+    monkeypatch.delenv("COLUMNS", raising=False)  # rich's own width where it is not a terminal: 80
+    assert cli.main(["summarize", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) > 80
+    header = next(line for line in lines if "combination" in line)
+    assert all(name in header for name in ("EM mean ± std", "F1 mean ± std", "F1 min–max", "samples/s", "wall s"))
+    row = next(line for line in lines if "learning_rate=3e-5 " in line)
+    assert all(value in row for value in ("1 2", "2/3", "45.00 ± 7.07", "55.00 ± 7.07", "50.00–60.00", "12.0", "30"))
+    assert any(line.startswith("learning_rate=5e-5_seed=3 (seed 3): not finished") for line in lines)
+
+
 @pytest.mark.slurm
 def test_submit_skips_finished_runs(slurm_cluster, tmp_path, monkeypatch, capsys):
     """The array the real sbatch receives leaves out the runs with final metrics; with none left, nothing

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from bert_squad import config, outputs
@@ -157,18 +158,9 @@ def parse(argv: list[str]) -> Path:
     return Path(p.parse_args(argv).sweep_dir)
 
 
-def run(sweep_dir: Path) -> int:
-    manifest, rows, problems = collect(sweep_dir)
-    write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
-    write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
-    written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
-    try:
-        plot(rows, sweep_dir / "f1_by_combination.png")
-        written.append(sweep_dir / "f1_by_combination.png")
-    except ImportError:
-        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)", file=sys.stderr)
-
-    table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
+def table_of(title: str, rows: list[dict[str, Any]]) -> Table:
+    """The summary as the terminal shows it: a row per combination."""
+    table = Table(title=title)
     for col in (
         "combination",
         "seeds",
@@ -200,9 +192,25 @@ def run(sweep_dir: Path) -> int:
             "-" if speed is None else f"{speed:.1f}",
             "-" if wall is None else f"{wall:.0f}",
         )
+    return table
+
+
+def run(sweep_dir: Path) -> int:
+    manifest, rows, problems = collect(sweep_dir)
+    write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
+    write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
+    written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
+    try:
+        plot(rows, sweep_dir / "f1_by_combination.png")
+        written.append(sweep_dir / "f1_by_combination.png")
+    except ImportError:
+        print("bert-squad summarize: matplotlib is not installed, so no plot (pip install matplotlib)", file=sys.stderr)
+    table = table_of(f"sweep {manifest.get('name', sweep_dir.name)}", rows)
     console = Console()
+    if not console.is_terminal:  # a file or a pipe: whole columns, as a wide terminal shows them, not rich's 80
+        console.width = Measurement.get(console, console.options.update(max_width=sys.maxsize), table).maximum
     console.print(table)
     for name, seed, status in problems:
-        console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
-    console.print(f"wrote {', '.join(map(str, written))}")
+        console.print(f"[yellow]{name}[/] (seed {seed}): {status}", soft_wrap=True)
+    console.print(f"wrote {', '.join(map(str, written))}", soft_wrap=True)
     return 0
