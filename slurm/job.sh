@@ -101,11 +101,11 @@ if [ "$#" -gt 0 ]; then
 else
   TRAIN_ARGS=("${DEFAULT_ARGS[@]}")
 fi
-# What the ranks run before the training arguments (empty: training itself), and what the cache check adds:
-# a sweep's array task trains its own combination into the sweep directory, which it proves writable.
-RANK_COMMAND=() CHECK_ARGS=()
+# What the ranks run (training, on the training arguments), and what the cache check adds: a sweep's array task
+# trains its own combination, on the manifest's training arguments, into the sweep directory, which it proves writable.
+RANK_ARGS=("${TRAIN_ARGS[@]}") CHECK_ARGS=()
 if [ -n "${BERT_SQUAD_SWEEP_DIR:-}" ]; then
-  RANK_COMMAND=(sweep run "$BERT_SQUAD_SWEEP_DIR" --) CHECK_ARGS=(--output-dir "$BERT_SQUAD_SWEEP_DIR")
+  RANK_ARGS=(sweep run "$BERT_SQUAD_SWEEP_DIR") CHECK_ARGS=(--output-dir "$BERT_SQUAD_SWEEP_DIR")
 fi
 read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 
@@ -217,7 +217,7 @@ case "$LAUNCHER" in
     [ -z "$CPU_BIND" ] || LAUNCH+=("--cpu-bind=$CPU_BIND") ;;
   *) die "BERT_SQUAD_LAUNCHER=$LAUNCHER: use mpirun or srun" ;;
 esac
-CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMAND[@]}" "${TRAIN_ARGS[@]}")
+CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_ARGS[@]}")
 
 # Rendezvous: every rank derives MASTER_ADDR and MASTER_PORT itself (bert_squad.distributed.slurm_rendezvous,
 # the one rule): under srun the first node of the ranks' step and a port from the job id and the step id,

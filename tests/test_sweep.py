@@ -117,18 +117,32 @@ def test_grid_gpus_and_parallel(capsys, tmp_path):
     assert argv[script + 1 :] == ["--deepspeed-config", "ds_bf16", "--epochs", "2", "--checkpoint-every", "500"]
 
 
-def test_a_sweep_task_runs_the_sweeps_action():
-    """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR --` and the cache check proves DIR
-    writable."""
-    block = re.search(r"^RANK_COMMAND=\(\) .*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
+@pytest.mark.parametrize("sweep_dir,expected", [("/s/lr", "sweep run /s/lr|--output-dir /s/lr"), ("", "--epochs 1|")])
+def test_a_sweep_task_runs_the_sweeps_action(sweep_dir, expected):
+    """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR`, which takes its training arguments
+    from the manifest, and the cache check proves DIR writable; without, the ranks train on the job's arguments."""
+    block = re.search(r"^RANK_ARGS=.*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
     proc = subprocess.run(
-        ["bash", "-c", f'{block}\necho "${{RANK_COMMAND[*]}}|${{CHECK_ARGS[*]}}"'],
+        ["bash", "-c", f'TRAIN_ARGS=(--epochs 1)\n{block}\necho "${{RANK_ARGS[*]}}|${{CHECK_ARGS[*]}}"'],
         capture_output=True,
         text=True,
-        env={"BERT_SQUAD_SWEEP_DIR": "/s/lr"},
+        env={"BERT_SQUAD_SWEEP_DIR": sweep_dir},
         timeout=60,
     )
-    assert proc.stdout.strip() == "sweep run /s/lr --|--output-dir /s/lr", proc.stderr
+    assert proc.stdout.strip() == expected, proc.stderr
+
+
+def test_a_sweep_task_trains_on_the_manifests_arguments(tmp_path, capsys):
+    """`sweep run DIR --index N` by hand is what the array task runs: the manifest's training arguments, then
+    the combination's, its seed and run directory (here a window the training refuses, so nothing trains)."""
+    combos = sweep.combinations(sweep.parse_grid(["doc_stride=32,90"]), [1])
+    manifest = {"name": "s", "site": "generic", "train_args": ["--max-seq-length", "96"], "combinations": combos}
+    (tmp_path / "sweep.json").write_text(json.dumps(manifest))
+    assert sweep.run_task(sweep.parse_task([str(tmp_path), "--index", "1"])) == 2
+    assert "--doc-stride 90 must leave room" in capsys.readouterr().err  # 96 tokens: the manifest's
+    assert (tmp_path / combos[1]["name"] / "exit_code").read_text() == "2\n"
+    with pytest.raises(UserError, match="unrecognized arguments: -- --epochs 1"):
+        sweep.parse_task([str(tmp_path), "--index", "0", "--", "--epochs", "1"])
 
 
 @pytest.mark.parametrize(

@@ -261,18 +261,18 @@ class SweepTask:
     sweep_dir: str
     index: Optional[int]  # None: $SLURM_ARRAY_TASK_ID
     debug: bool  # tracebacks from the training it runs
-    train_args: list[str]
 
 
 def parse_task(argv: list[str]) -> SweepTask:
     p = config.ArgumentParser(
-        prog="bert-squad sweep run", description="Train one combination of a sweep (what each array task runs)."
+        prog="bert-squad sweep run",
+        description="Train one combination of a sweep (what each array task runs), on the training arguments "
+        "of the sweep's manifest, with its seed, into its run directory.",
     )
     p.add_argument("sweep_dir", help="the sweep's directory, which holds its sweep.json")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
-    own, train_args = launch.split_argv(list(argv))
-    args = p.parse_args(own)
-    return SweepTask(args.sweep_dir, args.index, args.debug, train_args)
+    args = p.parse_args(argv)
+    return SweepTask(args.sweep_dir, args.index, args.debug)
 
 
 def run_task(task: SweepTask) -> int:
@@ -296,7 +296,7 @@ def run_task(task: SweepTask) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
     argv = [
-        *task.train_args,
+        *manifest["train_args"],
         *combo["args"],
         "--seed",
         str(combo["seed"]),
