@@ -160,6 +160,14 @@ def test_a_sweep_task_trains_on_the_manifests_arguments(tmp_path, capsys):
         (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
         (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
         (["--seeds", "1", "--", "--output_dir", "x"], "--output_dir: the sweep sets --output-dir, --seed, --resume"),
+        # Every grid point's training arguments are checked, at a dry run too: its DeepSpeed config where the job
+        # starts, its values, and how they go with the common ones.
+        (["--seeds", "1", "--grid", "config=ds_fp32,ds_zero9", "--dry-run"], "with config=ds_zero9: ds_zero9: no such"),
+        (["--seeds", "1", "--grid", "warmup_ratio=0.1,1.5"], "with warmup_ratio=1.5: --warmup-ratio 1.5: must be"),
+        (
+            ["--seeds", "1", "--grid", "max_seq_length=384,96", "--", "--doc-stride", "64"],
+            "with max_seq_length=96: --doc-stride 64 must leave room",
+        ),
         (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
         (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride 32 must leave room"),
     ],
@@ -370,11 +378,18 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
         assert not (tmp_path / "runs").exists()
 
         monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
-        assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
+        assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2  # the sweep's own check, a dry run's too
         assert (
             capsys.readouterr()
             .err.strip()
-            .endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the job resolves it")
+            .endswith(
+                "training arguments: configs/ds_fp33.json: no such DeepSpeed config (a JSON file, or one of ds_bf16, "
+                "ds_fp16, ds_fp32, ds_zero2, ds_zero3)"
+            )
+        )
+        assert cli.main([*argv[:-4], "--train-file", "nowhere.json"]) == 2
+        assert (
+            capsys.readouterr().err.strip().endswith(f"nowhere.json: no such file in {ROOT}, where the job resolves it")
         )
         assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
         assert "nowhere.json: no such file" in capsys.readouterr().err

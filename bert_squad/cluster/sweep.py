@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from bert_squad import config, outputs
+from bert_squad import config, dsconfig, outputs
 from bert_squad.cluster import launch
 from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 from bert_squad.errors import UserError, exit_code
@@ -132,12 +132,16 @@ def common_args(site: launch.Site, train_args: list[str]) -> list[str]:
     return list(train_args)
 
 
-def check_training_args(argv: list[str]) -> None:
-    """Typos and bad values in the training arguments fail here, not in every array task."""
-    try:
-        config.parse_run_config(argv)
-    except UserError as err:
-        raise UserError(f"training arguments: {err}") from None
+def check_training_args(train_args: list[str], combos: list[dict[str, Any]]) -> None:
+    """Typos and bad values in the training arguments of every grid point, a DeepSpeed config the job would not
+    find among them, fail here (a dry run too), not in an array task; the grid point is named."""
+    for combo in {c["group"]: c for c in combos}.values():
+        try:
+            cfg = config.parse_run_config([*train_args, *combo["args"]])
+            dsconfig.locate(cfg.train.deepspeed_config, base=launch.repo_dir())  # the run's rule, where the job starts
+        except UserError as err:
+            point = f" with {combo['group']}" if combo["params"] else ""
+            raise UserError(f"training arguments{point}: {err}") from None
 
 
 def build_parser() -> config.ArgumentParser:
@@ -189,7 +193,7 @@ def plan(own: list[str], user_args: list[str]) -> Sweep:
     grid = parse_grid(args.grid)
     combos = combinations(grid, seeds)
     train_args = common_args(launch.load_site(args.site), user_args)
-    check_training_args([*train_args, *combos[0]["args"]])
+    check_training_args(train_args, combos)
     name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
     if not re.fullmatch(r"[\w.+=-]+", name):
         raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
