@@ -81,7 +81,10 @@ export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANS
 # What the ranks must see in a container even where its image sets its own (pyxis: --container-env; ce: the
 # EDF's [env] sets the offline switches; the other runtimes pass the environment through).
 CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} PYTHONUNBUFFERED=1
+# Each rank's cores: --cpus-per-task, or, where the job did not ask (Slurm's defaults gave them), the node's share.
+CPUS_PER_RANK=${SLURM_CPUS_PER_TASK:-$(( ${SLURM_CPUS_ON_NODE:-1} / ${SLURM_NTASKS_PER_NODE:-1} ))}
+[ "$CPUS_PER_RANK" -ge 1 ] || CPUS_PER_RANK=1
+export OMP_NUM_THREADS=$CPUS_PER_RANK PYTHONUNBUFFERED=1
 # The variable each rank narrows to its own GPU: none in a job without GPUs.
 [ -n "${SLURM_GPUS_PER_NODE:-}${SLURM_GPUS_PER_TASK:-}${SLURM_GPUS:-}" ] || BERT_SQUAD_GPU_ENV=
 export BERT_SQUAD_GPU_ENV=${BERT_SQUAD_GPU_ENV:-}
@@ -213,7 +216,7 @@ case "$LAUNCHER" in
   mpirun) LAUNCH=(mpirun -np "$SLURM_NTASKS" --bind-to none) ;;
   # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation.
   srun)
-    LAUNCH=(srun --ntasks="$SLURM_NTASKS" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" "${CONTAINER[@]}")
+    LAUNCH=(srun --ntasks="$SLURM_NTASKS" --cpus-per-task="$CPUS_PER_RANK" "${CONTAINER[@]}")
     [ -z "$CPU_BIND" ] || LAUNCH+=("--cpu-bind=$CPU_BIND") ;;
   *) die "BERT_SQUAD_LAUNCHER=$LAUNCHER: use mpirun or srun" ;;
 esac
