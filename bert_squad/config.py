@@ -201,7 +201,11 @@ class TrainConfig:
         "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once",
         aliases=("--per_device_train_batch_size",),
     )
-    warmup_ratio: float = option(0.1, 'fills a scheduler warmup_num_steps of "auto"', aliases=("--warmup_ratio",))
+    warmup_ratio: float = option(
+        0.1,
+        'fills a scheduler warmup_num_steps of "auto" (one step at least: DeepSpeed\'s schedulers take no fewer)',
+        aliases=("--warmup_ratio",),
+    )
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
     keep_best: bool = option(
