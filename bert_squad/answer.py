@@ -240,6 +240,7 @@ def parse(argv: list[str]) -> Asked:
     p.add_argument("--top-k", type=int, default=1, help="answers per question, best first")
     p.add_argument(
         "--version-2-with-negative",
+        "--version_2_with_negative",  # run_qa.py's spelling
         action="store_true",
         default=None,
         help="let 'no answer' compete (default: what the model was trained on)",

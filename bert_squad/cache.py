@@ -66,16 +66,43 @@ def _cached_snapshot(name: str, hub_cache: Path | None) -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def is_hub_name(name: str) -> bool:
+    """Whether `name` can name a hub model (`bert-base-uncased`, `org/name`), by huggingface_hub's own rule."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # heavy: only where a model is looked up
+
+    if name.startswith(("/", ".", "~")):  # ./, ../, /, ~: a path, whatever the rule says of the rest
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:  # two slashes, a space, ".." ...: only a path is spelled so
+        return False
+    return True
+
+
+def is_local(name_or_path: str) -> bool:
+    """Whether a model is named by a path here: one that exists, or a name only a path can have."""
+    return Path(os.path.expanduser(name_or_path)).exists() or not is_hub_name(name_or_path)
+
+
 def find_model(name_or_path: str, cache_dir: str | Path) -> Path:
-    """A directory holding config.json: the path itself, or the cached snapshot of a hub name."""
-    path = Path(name_or_path)
-    if path.is_dir():
+    """A directory holding config.json: the path itself, or the cached snapshot of a hub name. A missing path
+    is named as missing, with no advice to download it: a name only a path can have, or an `org/name` that
+    the caches do not hold and whose `org` is a folder here."""
+    path = Path(os.path.expanduser(name_or_path))
+    if is_local(name_or_path):
+        if not path.is_dir():
+            raise UserError(
+                f"{name_or_path}: {'not a model directory (a file)' if path.exists() else 'no such model directory'}"
+            )
         if not (path / "config.json").is_file():
             raise UserError(f"{path}: not a model directory (no config.json)")
         return path
-    if name_or_path.startswith(("/", ".", "~")):  # a path, not a hub name: no download would help
-        raise UserError(f"{path}: no such model directory")
     found = _cached_snapshot(name_or_path, hub_dir(cache_dir)) or _cached_snapshot(name_or_path, None)
+    if found is None and path.parent != Path(".") and path.parent.is_dir():
+        raise UserError(
+            f"{name_or_path}: no such model directory ({path.parent}/ is a folder here; nor is a hub model of "
+            f"that name in the cache)"
+        )
     if found is None:
         raise UserError(
             f"model '{name_or_path}' is not in the cache {hub_dir(cache_dir)} nor in the Hugging Face "

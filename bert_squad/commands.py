@@ -14,12 +14,11 @@ class Command:
     offline: bool = True  # the Hugging Face libraries never try the network
 
 
-TRAINING_ARGS = "bert_squad.config:parse_run_config"
 # Command words -> Command. The longest match of the first words wins; anything else is training.
 COMMANDS = {
-    "train": Command(TRAINING_ARGS, "bert_squad.train:main", deepspeed=True),
-    "config": Command(TRAINING_ARGS, "bert_squad.train:print_config", deepspeed=True),
-    "download": Command(TRAINING_ARGS, "bert_squad.download:download", offline=False),
+    "train": Command("bert_squad.config:parse_run_config", "bert_squad.train:main", deepspeed=True),
+    "config": Command("bert_squad.config:parse_print_config", "bert_squad.train:print_config", deepspeed=True),
+    "download": Command("bert_squad.download:parse_download", "bert_squad.download:download", offline=False),
     "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
     "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", deepspeed=True),
     "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", deepspeed=True),

@@ -66,15 +66,30 @@ def _positive(obj: object, *names: str) -> None:
 class DataConfig:
     """data and model"""
 
-    model: str = option("bert-base-uncased", "hub name (from the cache) or local model directory", sweep="common")
-    dataset: str = option("squad", "hub dataset in the cache: squad or squad_v2", sweep="common")
-    train_file: Optional[str] = option(None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset", sweep="common")
+    model: str = option(
+        "bert-base-uncased",
+        "hub name (from the cache) or local model directory",
+        sweep="common",
+        aliases=("--model_name_or_path",),
+    )
+    dataset: str = option(
+        "squad", "hub dataset in the cache: squad or squad_v2", sweep="common", aliases=("--dataset_name",)
+    )
+    train_file: Optional[str] = option(
+        None, "local SQuAD JSON (v1.1 or v2.0) instead of --dataset", sweep="common", aliases=("--train_file",)
+    )
     eval_file: Optional[str] = option(
-        None, "local SQuAD JSON to evaluate on (default: the dataset's validation split)", sweep="common"
+        None,
+        "local SQuAD JSON to evaluate on (default: the dataset's validation split)",
+        sweep="common",
+        aliases=("--validation_file",),
     )
     cache_dir: str = cache_dir_option()  # None (the default) is resolved here
     output_dir: str = option(
-        "runs/bert-squad", "where the model, metrics, predictions and checkpoints go", sweep="per-run"
+        "runs/bert-squad",
+        "where the model, metrics, predictions and checkpoints go",
+        sweep="per-run",
+        aliases=("--output_dir",),
     )
     strict: bool = option(False, "an answer_start that misses its text, or an empty question, is an error, not a skip")
     no_eval: bool = option(False, "skip the final evaluation")
@@ -94,11 +109,14 @@ class DataConfig:
 class WindowConfig:
     """windows: how a question and a long context become model inputs"""
 
-    max_seq_length: int = option(384, "tokens per window (question + context + special tokens)")
+    max_seq_length: int = option(
+        384, "tokens per window (question + context + special tokens)", aliases=("--max_seq_length",)
+    )
     doc_stride: int = option(
         None,
-        "tokens shared by consecutive windows of a long context "  # None: resolved here
-        "(default: 128, or less where --max-seq-length leaves less room)",
+        "tokens shared by consecutive windows of a long context; where not given, "  # None: resolved here
+        "128, or less where --max-seq-length leaves less room",
+        aliases=("--doc_stride",),
     )
     max_query_length: int = option(64, "questions are cut to this many tokens")
 
@@ -129,6 +147,7 @@ class PreprocessConfig:
         "processes that build features (default: one per core this "
         "rank may use); the cached features are the same for any",
         sweep="common",
+        aliases=("--preprocessing_num_workers",),
     )
 
     def __post_init__(self) -> None:
@@ -140,10 +159,14 @@ class PreprocessConfig:
 class PostprocessConfig:
     """answers: how window logits become one answer per question, and how answers are scored"""
 
-    max_answer_length: int = option(30, "longest answer span, in tokens")
-    n_best_size: int = option(20, "the best starts and ends a window's spans are made of, and the candidates kept")
+    max_answer_length: int = option(30, "longest answer span, in tokens", aliases=("--max_answer_length",))
+    n_best_size: int = option(
+        20, "the best starts and ends a window's spans are made of, and the candidates kept", aliases=("--n_best_size",)
+    )
     null_score_diff_threshold: float = option(
-        0.0, "SQuAD v2.0: predict no answer when the null score beats the best span by more than this"
+        0.0,
+        "SQuAD v2.0: predict no answer when the null score beats the best span by more than this",
+        aliases=("--null_score_diff_threshold",),
     )
     # how answers are compared with the references (metrics.normalize_answer)
     lang: Optional[str] = option(
@@ -171,13 +194,21 @@ class TrainConfig:
         metavar="NAME_OR_FILE",
         aliases=("--deepspeed_config",),
     )  # DeepSpeed's own scripts spell it so
-    epochs: float = option(2.0, "passes over the training features")
-    max_steps: int = option(0, "stop after this many optimizer steps (0: --epochs decide)")
-    learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr")
-    micro_batch_size: Optional[int] = option(
-        None, "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once"
+    epochs: float = option(2.0, "passes over the training features", aliases=("--num_train_epochs",))
+    max_steps: int = option(
+        0, "train this many optimizer steps, whatever --epochs says (0: --epochs decide)", aliases=("--max_steps",)
     )
-    warmup_ratio: float = option(0.1, 'fills a scheduler warmup_num_steps of "auto"')
+    learning_rate: Optional[float] = option(None, "overrides the config's optimizer lr", aliases=("--learning_rate",))
+    micro_batch_size: Optional[int] = option(
+        None,
+        "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once",
+        aliases=("--per_device_train_batch_size",),
+    )
+    warmup_ratio: float = option(
+        0.1,
+        'fills a scheduler warmup_num_steps of "auto" (one step at least: DeepSpeed\'s schedulers take no fewer)',
+        aliases=("--warmup_ratio",),
+    )
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")
     eval_every: int = option(0, "evaluate every N optimizer steps (0: at the end only)")
     keep_best: bool = option(
@@ -189,7 +220,7 @@ class TrainConfig:
         0,
         "with --eval-every: end the run after N evaluations without a better dev F1, keeping the best model (0: never)",
     )
-    log_every: int = option(20, "log a line every N optimizer steps")
+    log_every: int = option(20, "log a line every N optimizer steps", aliases=("--logging_steps",))
     dropout: Optional[float] = option(
         None,
         "dropout rate of the hidden states: every dropout in the model's config but attention's (default: its own)",
@@ -224,12 +255,21 @@ class TrainConfig:
 class FaultConfig:
     """fault tolerance"""
 
-    checkpoint_every: int = option(0, "save a checkpoint every N optimizer steps (0: only when stopped)")
-    keep_checkpoints: int = option(2, "the newest intact checkpoints kept; others deleted once a newer one is complete")
-    resume: Optional[str] = option(
-        None, "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path", sweep="per-run"
+    checkpoint_every: int = option(
+        0, "save a checkpoint every N optimizer steps (0: only when stopped)", aliases=("--save_steps",)
     )
-    dist_timeout: int = option(600, "seconds a collective may wait for a lost rank")
+    keep_checkpoints: int = option(
+        2,
+        "the newest intact checkpoints kept; others deleted once a newer one is complete",
+        aliases=("--save_total_limit",),
+    )
+    resume: Optional[str] = option(
+        None,
+        "'auto' (newest complete checkpoint, or start fresh) or a checkpoint path",
+        sweep="per-run",
+        aliases=("--resume_from_checkpoint",),
+    )
+    dist_timeout: int = option(600, "seconds a collective may wait for a lost rank", aliases=("--ddp_timeout",))
 
     def __post_init__(self) -> None:
         _positive(self, "keep_checkpoints", "dist_timeout")
@@ -251,7 +291,11 @@ class SpeedConfig:
         "(--max-seq-length, batches not grouped by length: for comparison)",
         choices=list(PADDINGS),
     )
-    compile: bool = option(False, "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU")
+    compile: bool = option(
+        False,
+        "torch.compile the training step: a graph a length bucket, CUDA graphs on a GPU",
+        aliases=("--torch_compile",),
+    )
     tf32: bool = option(
         False,
         "fp32 matrix products on an NVIDIA GPU's tensor cores in TF32 (10-bit mantissa), as Hugging Face's --tf32",
@@ -293,19 +337,29 @@ class ModelConfig:
     model_dir: str = option(
         None,
         "a trained model: its directory (a bert-squad --output-dir) or a hub name in the cache",
-        aliases=("--model-file",),
+        aliases=("--model-file", "--model_name_or_path"),
         required=True,
     )
     cache_dir: Optional[str] = cache_dir_option()
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's own "(default: ...)" after each option's help, where there is a value to show: not for a
+    default of None (the help says what happens then), a switch's False, or an empty list."""
+
+    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose complaints are UserErrors: one error line and exit code 2, like every other bad input,
     and a caller can say whose arguments they were (a job's training arguments, say). Every command's parser
-    is one, so each takes --debug (read by `errors.debug_requested` before parsing)."""
+    is one, so each takes --debug (read by `errors.debug_requested` before parsing) and shows its defaults."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{"formatter_class": HelpFormatter, **kwargs})
         self.add_argument(
             DEBUG_FLAG,
             action="store_true",
@@ -324,12 +378,17 @@ class Option:
     flag: str  # --learning-rate
     type: type  # what its value converts with; bool for a switch, which takes none
     sweep: str  # see `option`
+    aliases: tuple[str, ...]  # the other spellings it takes (--learning_rate)
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases)
 
 
 def _option(f: dataclasses.Field) -> Option:
     meta = f.metadata
     kind = cast(type, getattr(f.type, "__args__", (f.type,))[0])  # Optional[int] -> int
-    return Option(f.name, meta["flag"] or "--" + f.name.replace("_", "-"), kind, meta["sweep"])
+    return Option(f.name, meta["flag"] or "--" + f.name.replace("_", "-"), kind, meta["sweep"], meta["aliases"])
 
 
 def training_options() -> dict[str, Option]:
@@ -348,8 +407,8 @@ def add_options(
     """The fields of `cls` as an option group of `parser`; those named in `several` take one or more values
     (a command that builds one `cls` for each of several inputs), those in `without` (or not in `only`) are
     not offered (a command they mean nothing to: they keep their defaults). With `unset` an option not given
-    parses to None, so that `given` tells what the command line said from a default that comes from elsewhere
-    (a trained model's task settings: `task.resolve`)."""
+    parses to a `FromModel`, so that `given` tells what the command line said from a default that comes from
+    elsewhere (a trained model's task settings: `task.resolve`)."""
     fields = dataclasses.fields(cls)
     left_out = set(without) | ({f.name for f in fields} - set(only) if only is not None else set())
     group = parser.add_argument_group((cls.__doc__ or "").strip().split(":")[0])
@@ -357,19 +416,34 @@ def add_options(
     for f in (f for f in fields if f.name not in left_out):
         opt = _option(f)
         meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep", "aliases")}
-        flags = (opt.flag, *f.metadata["aliases"])
         if opt.type is bool:
-            group.add_argument(*flags, dest=f.name, action="store_true", **meta)
+            group.add_argument(*opt.spellings, dest=f.name, action="store_true", **meta)
         else:
-            default = None if unset else f.default
             group.add_argument(
-                *flags, dest=f.name, type=opt.type, default=default, nargs="+" if f.name in several else None, **meta
+                *opt.spellings,
+                dest=f.name,
+                type=opt.type,
+                default=FromModel(f.default) if unset else f.default,
+                nargs="+" if f.name in several else None,
+                **meta,
             )
+
+
+class FromModel:
+    """The default of an option whose value a trained model records (`add_options(..., unset=True)`): what `--help`
+    shows as its default, and what `given` leaves out."""
+
+    def __init__(self, fallback: Any) -> None:
+        self.fallback = fallback  # the option's own default, for a model that records none
+
+    def __str__(self) -> str:
+        return "the trained model's" + ("" if self.fallback is None else f", else {self.fallback}")
 
 
 def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     """The fields of `cls` that the command line gave (parsed by `add_options(..., unset=True)`)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    return {name: value for name, value in values.items() if not isinstance(value, FromModel)}
 
 
 Group = TypeVar("Group")
@@ -380,21 +454,38 @@ def from_args(cls: type[Group], args: argparse.Namespace) -> Group:
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
-def training_parser() -> ArgumentParser:
-    p = ArgumentParser(
-        prog="bert-squad",
-        description="Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
-        f"{', '.join(commands.listed())} (bert-squad CMD --help). `--download-only` runs `download` "
-        "and `--print-config` runs `config` with the same arguments.",
-    )
+TRAINING = (
+    "bert-squad",
+    "Fine-tune a BERT-family model for extractive QA on SQuAD with DeepSpeed. Subcommands: "
+    f"{', '.join(commands.listed())} (bert-squad CMD --help). `--download-only` runs `download` "
+    "and `--print-config` runs `config` with the same arguments.",
+)
+PRINT_CONFIG = (
+    "bert-squad config",
+    "Print a training run's resolved options and the DeepSpeed config it would hand the engine, as JSON; "
+    "features are tokenized into the cache to count the steps, nothing is trained. Takes the training "
+    "options (also as `bert-squad --print-config ...`).",
+)
+
+
+def training_parser(prog: str = TRAINING[0], description: str = TRAINING[1]) -> ArgumentParser:
+    """The training options' parser; the commands that take a training run's arguments (config, download,
+    check-cache) give their own name and description."""
+    p = ArgumentParser(prog=prog, description=description)
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's
     return p
 
 
-def parse_run_config(argv: list[str]) -> RunConfig:
-    """The training command line as a RunConfig; bad values are one-line UserErrors."""
-    args = training_parser().parse_args(argv)
+def parse_run_config(argv: list[str], command: tuple[str, str] = TRAINING) -> RunConfig:
+    """The training command line as a RunConfig (`command`: the prog and description of the command it is
+    given to); bad values are one-line UserErrors."""
+    args = training_parser(*command).parse_args(argv)
     groups: dict[str, Any] = {name: from_args(cls, args) for name, cls in TRAINING_GROUPS.items()}
     return RunConfig(**groups)
+
+
+def parse_print_config(argv: list[str]) -> RunConfig:
+    """`bert-squad config`'s command line: a training run's."""
+    return parse_run_config(argv, PRINT_CONFIG)

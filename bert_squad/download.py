@@ -42,37 +42,60 @@ def download_dataset(name: str, cache_dir: str) -> Path:
     return target
 
 
-def download(cfg: RunConfig) -> int:
-    """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; one clear line
-    when the hub cannot be reached."""
+def check_hub(model: str) -> None:
+    """One clear line when the hub cannot be reached or has no such model."""
     import huggingface_hub  # heavy: check-cache, in the same module, needs none of it
     from huggingface_hub import constants
     from huggingface_hub.utils import RepositoryNotFoundError
 
-    data = cfg.data
-    writable_directory(data.cache_dir, "--cache-dir ")
     try:
-        huggingface_hub.model_info(data.model, timeout=10)
+        huggingface_hub.model_info(model, timeout=10)
     except RepositoryNotFoundError:  # reached, but no such model (a typo, or private)
         raise UserError(
-            f"model '{data.model}' is not on the hub {constants.ENDPOINT} (or not "
-            f"visible without a token): check its name"
+            f"model '{model}' is not on the hub {constants.ENDPOINT} (or not visible without a token): check its name"
         ) from None
     except Exception as err:  # any other failure here means: no usable hub from this machine
         raise UserError(
-            f"cannot reach the Hugging Face hub for model '{data.model}' ({first_line(err)}); "
+            f"cannot reach the Hugging Face hub for model '{model}' ({first_line(err)}); "
             f"--download-only needs internet (a login node), compute nodes then run offline"
         ) from None
-    print(f"model -> {download_model(data.model, data.cache_dir)}")
+
+
+def download(cfg: RunConfig) -> int:
+    """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; a local model
+    directory is only checked, as a run checks it."""
+    data = cfg.data
+    writable_directory(data.cache_dir, "--cache-dir ")
+    if cache.is_local(data.model):
+        print(f"model -> {cache.find_model(data.model, data.cache_dir)}")
+    else:
+        check_hub(data.model)
+        print(f"model -> {download_model(data.model, data.cache_dir)}")
     if not data.train_file:
         print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")
     return 0
 
 
+DOWNLOAD = (
+    "bert-squad download",
+    "Fetch a training run's model, tokenizer and (without --train-file) dataset into its cache: the one command "
+    "that uses the network (a login node). Takes the training options (also as `bert-squad --download-only ...`).",
+)
+CHECK_CACHE = (
+    "bert-squad check-cache",
+    "Say whether a training run's model and dataset are in its cache and its output dir can be written, offline "
+    "(what a job runs before any rank starts). Takes the training options.",
+)
+
+
+def parse_download(argv: list[str]) -> RunConfig:
+    return config.parse_run_config(argv, DOWNLOAD)
+
+
 def parse_check(argv: list[str]) -> RunConfig:
     if "--download-only" in argv:
         raise UserError("--download-only needs internet: run it on a login node, not in a job")
-    return config.parse_run_config(argv)
+    return config.parse_run_config(argv, CHECK_CACHE)
 
 
 def check_cache(cfg: RunConfig) -> int:

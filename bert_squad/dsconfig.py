@@ -222,7 +222,7 @@ class Settings(_Sections):
                 cfg[section]["output_path"] = str(self.monitor_dir)
         fills = {
             "total_num_steps": total_steps,
-            "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
+            "warmup_num_steps": max(math.ceil(total_steps * warmup_ratio), 1),  # DeepSpeed's schedulers refuse 0
             "warmup_max_lr": self.learning_rate,
         }
         params = cfg.get("scheduler", {}).get("params", {})

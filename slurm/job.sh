@@ -81,7 +81,10 @@ export HF_HOME=$BERT_SQUAD_CACHE/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANS
 # What the ranks must see in a container even where its image sets its own (pyxis: --container-env; ce: the
 # EDF's [env] sets the offline switches; the other runtimes pass the environment through).
 CONTAINER_ENV=(HF_HOME HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} PYTHONUNBUFFERED=1
+# Each rank's cores: --cpus-per-task, or, where the job did not ask (Slurm's defaults gave them), the node's share.
+CPUS_PER_RANK=${SLURM_CPUS_PER_TASK:-$(( ${SLURM_CPUS_ON_NODE:-1} / ${SLURM_NTASKS_PER_NODE:-1} ))}
+[ "$CPUS_PER_RANK" -ge 1 ] || CPUS_PER_RANK=1
+export OMP_NUM_THREADS=$CPUS_PER_RANK PYTHONUNBUFFERED=1
 # The variable each rank narrows to its own GPU: none in a job without GPUs.
 [ -n "${SLURM_GPUS_PER_NODE:-}${SLURM_GPUS_PER_TASK:-}${SLURM_GPUS:-}" ] || BERT_SQUAD_GPU_ENV=
 export BERT_SQUAD_GPU_ENV=${BERT_SQUAD_GPU_ENV:-}
@@ -101,11 +104,11 @@ if [ "$#" -gt 0 ]; then
 else
   TRAIN_ARGS=("${DEFAULT_ARGS[@]}")
 fi
-# What the ranks run before the training arguments (empty: training itself), and what the cache check adds:
-# a sweep's array task trains its own combination into the sweep directory, which it proves writable.
-RANK_COMMAND=() CHECK_ARGS=()
+# What the ranks run (training, on the training arguments), and what the cache check adds: a sweep's array task
+# trains its own combination, on the manifest's training arguments, into the sweep directory, which it proves writable.
+RANK_ARGS=("${TRAIN_ARGS[@]}") CHECK_ARGS=()
 if [ -n "${BERT_SQUAD_SWEEP_DIR:-}" ]; then
-  RANK_COMMAND=(sweep run "$BERT_SQUAD_SWEEP_DIR" --) CHECK_ARGS=(--output-dir "$BERT_SQUAD_SWEEP_DIR")
+  RANK_ARGS=(sweep run "$BERT_SQUAD_SWEEP_DIR") CHECK_ARGS=(--output-dir "$BERT_SQUAD_SWEEP_DIR")
 fi
 read -ra RUNTIME_FLAGS <<< "${BERT_SQUAD_RUNTIME_FLAGS:-}"
 
@@ -213,11 +216,11 @@ case "$LAUNCHER" in
   mpirun) LAUNCH=(mpirun -np "$SLURM_NTASKS" --bind-to none) ;;
   # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the allocation.
   srun)
-    LAUNCH=(srun --ntasks="$SLURM_NTASKS" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" "${CONTAINER[@]}")
+    LAUNCH=(srun --ntasks="$SLURM_NTASKS" --cpus-per-task="$CPUS_PER_RANK" "${CONTAINER[@]}")
     [ -z "$CPU_BIND" ] || LAUNCH+=("--cpu-bind=$CPU_BIND") ;;
   *) die "BERT_SQUAD_LAUNCHER=$LAUNCHER: use mpirun or srun" ;;
 esac
-CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_COMMAND[@]}" "${TRAIN_ARGS[@]}")
+CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_ARGS[@]}")
 
 # Rendezvous: every rank derives MASTER_ADDR and MASTER_PORT itself (bert_squad.distributed.slurm_rendezvous,
 # the one rule): under srun the first node of the ranks' step and a port from the job id and the step id,

@@ -150,6 +150,40 @@ def test_an_option_commands_share_is_declared_once():
     assert all(len(texts) == 1 for texts in helps.values()), helps
 
 
+def test_every_option_has_help_that_shows_its_default(monkeypatch):
+    """Every option of every command says what it is, and its default where it has one, in argparse's own
+    words: `bert-squad --help` names the model a run takes without --model."""
+    monkeypatch.setenv("COLUMNS", "1000")  # an option's help on one line
+    for name in [*cli.COMMANDS, "bert-squad-test"]:
+        parser = parser_of(entry(name), [])
+        lines = parser.format_help().splitlines()
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+            line = next(line for line in lines if action.help in line)
+            shown = action.default not in (None, [], argparse.SUPPRESS) and action.default is not False
+            assert (f"(default: {action.default})" in line) == shown, f"{name}: {line}"
+    training = parser_of(entry("train"), []).format_help()
+    assert "hub name (from the cache) or local model directory (default: bert-base-uncased)" in training
+
+
+@pytest.mark.parametrize("name", ["config", "download", "check-cache"])
+def test_the_commands_on_training_arguments_have_their_own_help(name, capsys):
+    """`config`, `download` and `check-cache` take a training run's options, under their own usage and
+    description."""
+    texts = {}
+    for words in ([], [name]):
+        with pytest.raises(SystemExit) as stop:
+            cli.main([*words, "--help"])
+        assert stop.value.code == 0
+        texts[tuple(words)] = capsys.readouterr().out
+    own, training = texts[(name,)], texts[()]
+    assert own.startswith(f"usage: bert-squad {name} [-h]") and training.startswith("usage: bert-squad [-h]")
+    description = own.split("\n\n")[1]
+    assert description not in training and "--max-seq-length MAX_SEQ_LENGTH" in own
+
+
 def argv_strategy(parser, paths):
     values = st.sampled_from(
         [

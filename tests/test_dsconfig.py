@@ -36,6 +36,18 @@ def test_shipped_configs_are_valid_deepspeed_configs(path):
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 2
 
 
+def test_a_warmup_ratio_of_0_fills_the_least_warmup_deepspeed_takes():
+    """--warmup-ratio 0 (Hugging Face's default) fills one warmup step: DeepSpeed's warmup schedulers refuse 0."""
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupDecayLR
+
+    path = SHIPPED[0]
+    params = settings(load_ds_config(path), path, world_size=1, has_gpu=False).finish(100, 0.0).as_dict()["scheduler"]
+    assert params["params"]["warmup_num_steps"] == 1
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    WarmupDecayLR(optimizer, **{**params["params"], "warmup_max_lr": 1e-3})  # DeepSpeed takes it
+
+
 def test_batch_arithmetic_mismatch_names_the_keys(tmp_path):
     cfg = {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1}
     with pytest.raises(UserError, match="train_batch_size 48 != train_micro_batch_size_per_gpu 16"):

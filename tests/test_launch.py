@@ -199,12 +199,58 @@ def test_options_and_training_arguments(capsys):
         (["--site", "lumi", "--time", "1 hour"], "--time"),
         (["--site", "lumi", "--account", "x;rm"], "--account"),
         (["--site", "mars"], "--site mars: no"),
+        (["--site", "lumi", "--cpus-per-node", "4"], "--cpus-per-node 4: fewer cores than the node's 8 rank(s)"),
+        (["--site", "generic", "--cpus-per-node", "0"], "--cpus-per-node 0: fewer cores than the node's 1 rank(s)"),
     ],
 )
 def test_bad_options_are_one_line_errors(capsys, argv, message):
     assert cli.main(["launch", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("bert-squad launch: error:") and message in err
+
+
+@pytest.mark.parametrize(
+    "site,argv,cpus",
+    [
+        ("daint", [], "72"),  # a GH200 node's 4 x 72 Grace cores (docs/clusters.md) over its 4 ranks
+        ("daint", ["--gpus-per-node", "2"], "144"),  # a Daint job has whole nodes: 288 cores over 2 ranks
+        ("lumi", [], "7"),  # a LUMI-G node's 56 usable cores over its 8 GCDs
+        ("lumi", ["--gpus-per-node", "4"], "7"),  # small-g bills what a job asks for: 4 GCDs' share, 28 cores
+        ("lumi", ["--cpus-per-node", "64"], "8"),
+        ("generic", ["--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "64"], "8"),
+        ("generic", ["--cpus-per-node", "16"], "16"),  # one rank, no GPUs: the node's cores
+        ("generic", ["--nodes", "2", "--gpus-per-node", "8"], None),  # a node's cores unknown: Slurm's defaults
+    ],
+)
+def test_each_rank_asks_for_its_share_of_a_nodes_cores(capsys, site, argv, cpus):
+    """sbatch --cpus-per-task: the node's cores (the site script's ranks x cores, or --cpus-per-node) divided
+    among the node's ranks, so feature building and each rank's threads have the cores the node has."""
+    _argv, _env, opts, _ = dry_run(capsys, "--site", site, *argv)
+    assert opts.get("cpus-per-task") == cpus
+
+
+@pytest.mark.parametrize(
+    "env,threads",
+    [
+        ({"SLURM_CPUS_PER_TASK": "7", "SLURM_CPUS_ON_NODE": "56", "SLURM_NTASKS_PER_NODE": "4"}, "7"),
+        ({"SLURM_CPUS_ON_NODE": "64", "SLURM_NTASKS_PER_NODE": "8"}, "8"),  # Slurm's defaults gave the node 64
+        ({"SLURM_CPUS_ON_NODE": "2", "SLURM_NTASKS_PER_NODE": "4"}, "1"),
+        ({}, "1"),
+    ],
+)
+def test_each_rank_runs_on_the_cores_slurm_gave_it(env, threads):
+    """slurm/job.sh: a rank's threads (and srun's --cpus-per-task) are --cpus-per-task where the job asked
+    for it, else the cores Slurm gave the node divided among its ranks."""
+    block = re.search(r"^CPUS_PER_RANK=.*?^export OMP_NUM_THREADS=.*?$", JOB_SH.read_text(), re.M | re.S).group(0)
+    proc = subprocess.run(
+        ["bash", "-c", f'set -eu\n{block}\necho "$OMP_NUM_THREADS $CPUS_PER_RANK"'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.stdout.split() == [threads, threads], proc.stderr
+    assert '--cpus-per-task="$CPUS_PER_RANK"' in JOB_SH.read_text()
 
 
 @pytest.mark.slurm

@@ -117,18 +117,32 @@ def test_grid_gpus_and_parallel(capsys, tmp_path):
     assert argv[script + 1 :] == ["--deepspeed-config", "ds_bf16", "--epochs", "2", "--checkpoint-every", "500"]
 
 
-def test_a_sweep_task_runs_the_sweeps_action():
-    """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR --` and the cache check proves DIR
-    writable."""
-    block = re.search(r"^RANK_COMMAND=\(\) .*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
+@pytest.mark.parametrize("sweep_dir,expected", [("/s/lr", "sweep run /s/lr|--output-dir /s/lr"), ("", "--epochs 1|")])
+def test_a_sweep_task_runs_the_sweeps_action(sweep_dir, expected):
+    """slurm/job.sh: with BERT_SQUAD_SWEEP_DIR each rank runs `sweep run DIR`, which takes its training arguments
+    from the manifest, and the cache check proves DIR writable; without, the ranks train on the job's arguments."""
+    block = re.search(r"^RANK_ARGS=.*?^fi$", (ROOT / "slurm" / "job.sh").read_text(), re.M | re.S).group(0)
     proc = subprocess.run(
-        ["bash", "-c", f'{block}\necho "${{RANK_COMMAND[*]}}|${{CHECK_ARGS[*]}}"'],
+        ["bash", "-c", f'TRAIN_ARGS=(--epochs 1)\n{block}\necho "${{RANK_ARGS[*]}}|${{CHECK_ARGS[*]}}"'],
         capture_output=True,
         text=True,
-        env={"BERT_SQUAD_SWEEP_DIR": "/s/lr"},
+        env={"BERT_SQUAD_SWEEP_DIR": sweep_dir},
         timeout=60,
     )
-    assert proc.stdout.strip() == "sweep run /s/lr --|--output-dir /s/lr", proc.stderr
+    assert proc.stdout.strip() == expected, proc.stderr
+
+
+def test_a_sweep_task_trains_on_the_manifests_arguments(tmp_path, capsys):
+    """`sweep run DIR --index N` by hand is what the array task runs: the manifest's training arguments, then
+    the combination's, its seed and run directory (here a window the training refuses, so nothing trains)."""
+    combos = sweep.combinations(sweep.parse_grid(["doc_stride=32,90"]), [1])
+    manifest = {"name": "s", "site": "generic", "train_args": ["--max-seq-length", "96"], "combinations": combos}
+    (tmp_path / "sweep.json").write_text(json.dumps(manifest))
+    assert sweep.run_task(sweep.parse_task([str(tmp_path), "--index", "1"])) == 2
+    assert "--doc-stride 90 must leave room" in capsys.readouterr().err  # 96 tokens: the manifest's
+    assert (tmp_path / combos[1]["name"] / "exit_code").read_text() == "2\n"
+    with pytest.raises(UserError, match="unrecognized arguments: -- --epochs 1"):
+        sweep.parse_task([str(tmp_path), "--index", "0", "--", "--epochs", "1"])
 
 
 @pytest.mark.parametrize(
@@ -145,6 +159,15 @@ def test_a_sweep_task_runs_the_sweeps_action():
         (["--seeds", "1", "--grid", "no_eval=1"], "takes a value"),
         (["--seeds", "1", "--max-parallel", "0"], "--max-parallel"),
         (["--seeds", "1", "--", "--output-dir", "x"], "the sweep sets"),
+        (["--seeds", "1", "--", "--output_dir", "x"], "--output_dir: the sweep sets --output-dir, --seed, --resume"),
+        # Every grid point's training arguments are checked, at a dry run too: its DeepSpeed config where the job
+        # starts, its values, and how they go with the common ones.
+        (["--seeds", "1", "--grid", "config=ds_fp32,ds_zero9", "--dry-run"], "with config=ds_zero9: ds_zero9: no such"),
+        (["--seeds", "1", "--grid", "warmup_ratio=0.1,1.5"], "with warmup_ratio=1.5: --warmup-ratio 1.5: must be"),
+        (
+            ["--seeds", "1", "--grid", "max_seq_length=384,96", "--", "--doc-stride", "64"],
+            "with max_seq_length=96: --doc-stride 64 must leave room",
+        ),
         (["--seeds", "1", "--", "--epochz", "1"], "unrecognized arguments: --epochz"),
         (["--seeds", "1", "--", "--max-seq-length", "96", "--doc-stride", "32"], "--doc-stride 32 must leave room"),
     ],
@@ -199,6 +222,21 @@ def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
     assert "learning_rate=5e-5_seed=3 (seed 3): not finished" in md
     assert "learning_rate=3e-5_seed=3 (seed 3): failed (exit 1)" in md
     assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summarize_prints_whole_columns_to_a_file_or_pipe(tmp_path, capsys, monkeypatch):
+    """Printed to a file or a pipe, the table is as wide as its columns (as on a wide enough terminal), not
+    squeezed into 80 columns: each row on one line, each value whole."""
+    fake_sweep(tmp_path)
+    monkeypatch.delenv("COLUMNS", raising=False)  # rich's own width where it is not a terminal: 80
+    assert cli.main(["summarize", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) > 80
+    header = next(line for line in lines if "combination" in line)
+    assert all(name in header for name in ("EM mean ± std", "F1 mean ± std", "F1 min–max", "samples/s", "wall s"))
+    row = next(line for line in lines if "learning_rate=3e-5 " in line)
+    assert all(value in row for value in ("1 2", "2/3", "45.00 ± 7.07", "55.00 ± 7.07", "50.00–60.00", "12.0", "30"))
+    assert any(line.startswith("learning_rate=5e-5_seed=3 (seed 3): not finished") for line in lines)
 
 
 @pytest.mark.slurm
@@ -340,11 +378,18 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
         assert not (tmp_path / "runs").exists()
 
         monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))  # relative paths resolve in the checkout, not here
-        assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2
+        assert cli.main([*argv[:-1], "configs/ds_fp33.json"]) == 2  # the sweep's own check, a dry run's too
         assert (
             capsys.readouterr()
             .err.strip()
-            .endswith(f"configs/ds_fp33.json: no such file in {ROOT}, where the job resolves it")
+            .endswith(
+                "training arguments: configs/ds_fp33.json: no such DeepSpeed config (a JSON file, or one of ds_bf16, "
+                "ds_fp16, ds_fp32, ds_zero2, ds_zero3)"
+            )
+        )
+        assert cli.main([*argv[:-4], "--train-file", "nowhere.json"]) == 2
+        assert (
+            capsys.readouterr().err.strip().endswith(f"nowhere.json: no such file in {ROOT}, where the job resolves it")
         )
         assert cli.main(["launch", "--site", "generic", "--submit", "--", "--train-file", "nowhere.json"]) == 2
         assert "nowhere.json: no such file" in capsys.readouterr().err

@@ -33,6 +33,7 @@ class JobSpec:
     site: str
     nodes: int = 1
     gpus_per_node: Optional[int] = None  # ranks per node; None: the site's GPUs per node
+    cpus_per_node: Optional[int] = None  # a node's cores, shared by its ranks; None: the site's (Site.cores_per_node)
     time: Optional[str] = None  # Slurm wall-clock limit
     account: Optional[str] = None
     partition: Optional[str] = None  # None: the site's
@@ -59,6 +60,13 @@ class Site:
     def gpus_per_node(self) -> int:
         """A node's GPUs, one rank each (0: a script without GPUs, which takes any number)."""
         return int(self.sbatch["ntasks-per-node"] or 0) if self.gpu_request else 0
+
+    @property
+    def cores_per_node(self) -> Optional[int]:
+        """A node's cores, as a script that fills it with a rank per GPU says them: its ranks x cores per rank
+        (Daint 4 x 72, LUMI-G 8 x 7); None where the script does not say (no GPUs, or no --cpus-per-task)."""
+        per_rank = self.sbatch.get("cpus-per-task")
+        return self.gpus_per_node * int(per_rank) if self.gpus_per_node and per_rank else None
 
 
 def repo_dir() -> Path:
@@ -103,6 +111,12 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="after a checkpointed stop (e.g. at the time limit) requeue the job to resume",
     )
+    p.add_argument(
+        "--cpus-per-node",
+        type=int,
+        help="a node's cores, divided among its ranks as sbatch --cpus-per-task (default: the site script's ranks x "
+        "their cores; where it does not say, as generic's: Slurm's defaults, e.g. the partition's DefCpuPerGPU)",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the sbatch command and its files (default)")
     mode.add_argument("--submit", action="store_true", help="run that sbatch command")
@@ -114,7 +128,7 @@ def build_parser() -> config.ArgumentParser:
         description="Submit slurm/<site>.sbatch with sbatch (--submit), or print the sbatch command (--dry-run, "
         "the default). Training arguments after `--` replace the script's DEFAULT_ARGS.",
     )
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1, help="nodes the job runs on (sbatch --nodes)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="ranks per node (default: the site's GPUs per node)")
     add_job_options(p)
     return p
@@ -144,13 +158,30 @@ def check(spec: JobSpec, site: Site) -> int:
     for key, value in (("account", spec.account), ("partition", spec.partition)):
         if value is not None and not re.fullmatch(r"[\w.-]+", value):
             raise UserError(f"--{key} {value!r}: letters, digits, '.', '_' and '-' only")
+    if spec.cpus_per_node is not None and spec.cpus_per_node < max(gpus, 1):
+        raise UserError(f"--cpus-per-node {spec.cpus_per_node}: fewer cores than the node's {max(gpus, 1)} rank(s)")
     return gpus
+
+
+def cpus_per_task(spec: JobSpec, site: Site, gpus: int) -> Optional[int]:
+    """Each rank's share of the job's cores on a node (None: the site does not say a node's cores). The job has
+    the whole node, except on part of one where the site bills parts (its partial-node partition): there it
+    has its GPUs' share of the cores."""
+    cores = spec.cpus_per_node or site.cores_per_node
+    if cores is None:
+        return None
+    if site.partial_node_partition and 0 < gpus < site.gpus_per_node:
+        cores = cores * gpus // site.gpus_per_node
+    return max(cores // max(gpus, 1), 1)
 
 
 def requested(spec: JobSpec, site: Site, extra: Optional[dict[str, Optional[str]]] = None) -> dict[str, Optional[str]]:
     """The sbatch options `spec` asks for beyond the script's #SBATCH lines, then `extra` (a sweep's)."""
     gpus = check(spec, site)
     opts: dict[str, Optional[str]] = {"nodes": str(spec.nodes), "ntasks-per-node": str(max(gpus, 1))}
+    cpus = cpus_per_task(spec, site, gpus)
+    if cpus is not None:
+        opts["cpus-per-task"] = str(cpus)
     if gpus and site.gpu_request != "gpus-per-task":  # per task: one each, whatever the count
         opts["gpus-per-node"] = str(gpus)
     if site.gpus_per_node and gpus < site.gpus_per_node and site.partial_node_partition:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from bert_squad import config, outputs, plots
@@ -132,22 +133,13 @@ def to_markdown(rows: list[dict[str, Any]], problems: list[tuple[str, int, str]]
 def parse(argv: list[str]) -> Path:
     """The sweep directory to summarize."""
     p = config.ArgumentParser(prog="bert-squad summarize", description=(__doc__ or "").splitlines()[0])
-    p.add_argument("sweep_dir")
+    p.add_argument("sweep_dir", help="the sweep's directory, which holds its sweep.json")
     return Path(p.parse_args(argv).sweep_dir)
 
 
-def run(sweep_dir: Path) -> int:
-    manifest, rows, problems = collect(sweep_dir)
-    write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
-    write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
-    written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
-    try:
-        plots.f1_by_combination(rows, sweep_dir / "f1_by_combination.png")
-        written.append(sweep_dir / "f1_by_combination.png")
-    except ImportError:
-        print(f"bert-squad summarize: {plots.MISSING.format('plot')}", file=sys.stderr)
-
-    table = Table(title=f"sweep {manifest.get('name', sweep_dir.name)}")
+def table_of(title: str, rows: list[dict[str, Any]]) -> Table:
+    """The summary as the terminal shows it: a row per combination."""
+    table = Table(title=title)
     for col in (
         "combination",
         "seeds",
@@ -179,9 +171,25 @@ def run(sweep_dir: Path) -> int:
             "-" if speed is None else f"{speed:.1f}",
             "-" if wall is None else f"{wall:.0f}",
         )
+    return table
+
+
+def run(sweep_dir: Path) -> int:
+    manifest, rows, problems = collect(sweep_dir)
+    write_text_atomic(sweep_dir / "summary.csv", to_csv(rows))
+    write_text_atomic(sweep_dir / "summary.md", to_markdown(rows, problems))
+    written = [sweep_dir / "summary.csv", sweep_dir / "summary.md"]
+    try:
+        plots.f1_by_combination(rows, sweep_dir / "f1_by_combination.png")
+        written.append(sweep_dir / "f1_by_combination.png")
+    except ImportError:
+        print(f"bert-squad summarize: {plots.MISSING.format('plot')}", file=sys.stderr)
+    table = table_of(f"sweep {manifest.get('name', sweep_dir.name)}", rows)
     console = Console()
+    if not console.is_terminal:  # a file or a pipe: whole columns, as a wide terminal shows them, not rich's 80
+        console.width = Measurement.get(console, console.options.update(max_width=sys.maxsize), table).maximum
     console.print(table)
     for name, seed, status in problems:
-        console.print(f"[yellow]{name}[/] (seed {seed}): {status}")
-    console.print(f"wrote {', '.join(map(str, written))}")
+        console.print(f"[yellow]{name}[/] (seed {seed}): {status}", soft_wrap=True)
+    console.print(f"wrote {', '.join(map(str, written))}", soft_wrap=True)
     return 0

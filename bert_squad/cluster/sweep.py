@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from bert_squad import config, outputs
+from bert_squad import config, dsconfig, outputs
 from bert_squad.cluster import launch
 from bert_squad.cluster.summarize import EXIT_CODE_FILE, MANIFEST, load_manifest
 from bert_squad.errors import UserError, exit_code
 from bert_squad.files import directory, write_json_atomic, write_text_atomic
 
 JOB_FILE = "job_id"  # the array job last submitted, so a second submission cannot overlap it
-# The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume.
-OWN_FLAGS = tuple(o.flag for o in config.training_options().values() if o.sweep == "per-run")
+# The sweep sets these per run (config.option's sweep="per-run"): seed, output dir, resume; OWN_FLAGS in any spelling.
+OWN_OPTIONS = [o for o in config.training_options().values() if o.sweep == "per-run"]
+OWN_FLAGS = tuple(flag for o in OWN_OPTIONS for flag in o.spellings)
 # Grid keys that are short for a training option's name.
 GRID_SHORTHANDS = {"config": "deepspeed_config"}
 
@@ -127,16 +128,20 @@ def common_args(site: launch.Site, train_args: list[str]) -> list[str]:
         return [w for i, w in enumerate(words) if w not in OWN_FLAGS and (i == 0 or words[i - 1] not in OWN_FLAGS)]
     clash = next((w for w in train_args if w.split("=", 1)[0] in OWN_FLAGS), None)
     if clash:
-        raise UserError(f"{clash}: the sweep sets {', '.join(OWN_FLAGS)} for each run; leave it out")
+        raise UserError(f"{clash}: the sweep sets {', '.join(o.flag for o in OWN_OPTIONS)} for each run; leave it out")
     return list(train_args)
 
 
-def check_training_args(argv: list[str]) -> None:
-    """Typos and bad values in the training arguments fail here, not in every array task."""
-    try:
-        config.parse_run_config(argv)
-    except UserError as err:
-        raise UserError(f"training arguments: {err}") from None
+def check_training_args(train_args: list[str], combos: list[dict[str, Any]]) -> None:
+    """Typos and bad values in the training arguments of every grid point, a DeepSpeed config the job would not
+    find among them, fail here (a dry run too), not in an array task; the grid point is named."""
+    for combo in {c["group"]: c for c in combos}.values():
+        try:
+            cfg = config.parse_run_config([*train_args, *combo["args"]])
+            dsconfig.locate(cfg.train.deepspeed_config, base=launch.repo_dir())  # the run's rule, where the job starts
+        except UserError as err:
+            point = f" with {combo['group']}" if combo["params"] else ""
+            raise UserError(f"training arguments{point}: {err}") from None
 
 
 def build_parser() -> config.ArgumentParser:
@@ -163,7 +168,7 @@ def build_parser() -> config.ArgumentParser:
     )
     p.add_argument("--max-parallel", type=int, default=None, help="runs at once (default: all)")
     p.add_argument("--name", help="sweep name (default: from the grid)")
-    p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes (default: runs)")
+    p.add_argument("--runs-dir", default="runs", help="where the sweep directory goes")
     launch.add_job_options(p)
     p.set_defaults(nodes=1)  # each run on one node
     return p
@@ -188,7 +193,7 @@ def plan(own: list[str], user_args: list[str]) -> Sweep:
     grid = parse_grid(args.grid)
     combos = combinations(grid, seeds)
     train_args = common_args(launch.load_site(args.site), user_args)
-    check_training_args([*train_args, *combos[0]["args"]])
+    check_training_args(train_args, combos)
     name = args.name or ("-".join(key for key, _, _ in grid) or "seeds")
     if not re.fullmatch(r"[\w.+=-]+", name):
         raise UserError(f"--name {name!r}: letters, digits and . _ + = - only")
@@ -260,18 +265,18 @@ class SweepTask:
     sweep_dir: str
     index: Optional[int]  # None: $SLURM_ARRAY_TASK_ID
     debug: bool  # tracebacks from the training it runs
-    train_args: list[str]
 
 
 def parse_task(argv: list[str]) -> SweepTask:
     p = config.ArgumentParser(
-        prog="bert-squad sweep run", description="Train one combination of a sweep (what each array task runs)."
+        prog="bert-squad sweep run",
+        description="Train one combination of a sweep (what each array task runs), on the training arguments "
+        "of the sweep's manifest, with its seed, into its run directory.",
     )
-    p.add_argument("sweep_dir")
+    p.add_argument("sweep_dir", help="the sweep's directory, which holds its sweep.json")
     p.add_argument("--index", type=int, default=None, help="combination (default: $SLURM_ARRAY_TASK_ID)")
-    own, train_args = launch.split_argv(list(argv))
-    args = p.parse_args(own)
-    return SweepTask(args.sweep_dir, args.index, args.debug, train_args)
+    args = p.parse_args(argv)
+    return SweepTask(args.sweep_dir, args.index, args.debug)
 
 
 def run_task(task: SweepTask) -> int:
@@ -295,7 +300,7 @@ def run_task(task: SweepTask) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         code_file.unlink(missing_ok=True)  # a rerun is "not finished" until it returns, not the old failure
     argv = [
-        *task.train_args,
+        *manifest["train_args"],
         *combo["args"],
         "--seed",
         str(combo["seed"]),
