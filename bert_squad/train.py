@@ -127,22 +127,14 @@ def matmul_precision(tf32: bool) -> Iterator[None]:
         torch.set_float32_matmul_precision(before)
 
 
-def check(cfg: config.RunConfig) -> Inputs:
-    """Everything that can be wrong with the input, found before any process group or file exists."""
+def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
+    """Everything that can be wrong with the input, found before any process group or file exists (`planning`:
+    for `bert-squad config`, see `deepspeed_settings`)."""
     directory(cfg.data.output_dir, "--output-dir ")
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
-    ds_path = dsconfig.locate(cfg.train.deepspeed_config)
-    settings = dsconfig.settings(
-        dsconfig.read(ds_path),
-        ds_path,
-        world_size=dist.world_size,
-        has_gpu=get_accelerator().device_name() != "cpu",
-        learning_rate=cfg.train.learning_rate,
-        micro_batch_size=cfg.train.micro_batch_size,
-        output_dir=cfg.data.output_dir,
-    )
+    settings = deepspeed_settings(cfg, dist, planning)
     resuming = resume.decide(resume_from, settings) if resume_from else None
     settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)
@@ -161,7 +153,7 @@ def check(cfg: config.RunConfig) -> Inputs:
     )
     model.check_window(module, cfg.windows.max_seq_length, model_dir)
     memory = get_accelerator().total_memory()
-    batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(ds_path)
+    batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(settings.path)
     model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, batch_from)
     # Recorded in the exported config: whether "no answer" competes when the model answers (answer.Answerer).
     module.config.version_2_with_negative = train_examples.version_2
@@ -171,6 +163,21 @@ def check(cfg: config.RunConfig) -> Inputs:
         for line in resume_from.skipped:  # newer checkpoints passed over as damaged
             report.log(dist, line)
     return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp)
+
+
+def deepspeed_settings(cfg: config.RunConfig, dist: distributed.DistEnv, planning: bool) -> dsconfig.Settings:
+    """The run's DeepSpeed config checked for its world on this rank's device; a plan (`planning`) on a machine
+    without a GPU leaves what needs the job's device to the job (`Settings.needs`)."""
+    path, device = dsconfig.locate(cfg.train.deepspeed_config), distributed.rank_device(dist)
+    return dsconfig.settings(
+        dsconfig.read(path),
+        path,
+        world_size=dist.world_size,
+        device=None if planning and device.type == "cpu" else device,
+        learning_rate=cfg.train.learning_rate,
+        micro_batch_size=cfg.train.micro_batch_size,
+        output_dir=cfg.data.output_dir,
+    )
 
 
 def plan_work(inputs: Inputs) -> Work:

@@ -73,13 +73,14 @@ DS = {
 }
 
 
-WRAPPED = dsconfig.precision_path(DS)  # bf16 weights in DeepSpeed's 16-bit optimizer
+WRAPPED = dsconfig.Reading.of(DS).precision_path  # bf16 weights in DeepSpeed's 16-bit optimizer
 
 
 def settings(world, ds=DS):
-    """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world)."""
+    """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world), planned for a
+    job's device (what it needs, such as NVMe offload's op, is not this machine's to have)."""
     return dsconfig.settings(
-        {k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world, has_gpu=False
+        {k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world, device=None
     )
 
 
@@ -152,12 +153,13 @@ def test_what_cannot_resume_is_refused_in_one_line(layout, world, ds, reason, tm
 
 def test_the_config_for_a_conversion(tmp_path):
     """The finished config of a resume through a universal checkpoint: the checkpoint's global batch by
-    accumulation, and DeepSpeed told to load a universal checkpoint; checking that the checkpoint can take
-    the conversion leaves nothing in it."""
+    accumulation, and DeepSpeed told to load a universal checkpoint, this run only (the written config, given
+    back, would load every later checkpoint as a universal one); checking that the checkpoint can take the
+    conversion leaves nothing in it."""
     decision = resume.decide(checkpoint.Resumable(tmp_path, Layout(2, 32, 1, 2, "bf16", True, WRAPPED)), settings(1))
-    done = decision.settings.finish(10, 0.1).as_dict()
-    assert (done["gradient_accumulation_steps"], done["train_batch_size"]) == (2, 32)
-    assert done["checkpoint"] == {"load_universal": True} and DS.get("checkpoint") is None
+    done = decision.settings.finish(10, 0.1)
+    assert (done.as_dict()["gradient_accumulation_steps"], done.as_dict()["train_batch_size"]) == (2, 32)
+    assert done.for_engine()["checkpoint"] == {"load_universal": True} and "checkpoint" not in done.as_dict()
     assert not list(tmp_path.iterdir())  # its probe of the checkpoint dir is gone
 
 
@@ -253,7 +255,7 @@ def chain(request, tiny_eurobert, sample_train, sample_dev, tmp_path_factory):
         dumps=tmp / "dumps",
         logs=logs,
         first=first,
-        zero_stage=dsconfig.zero_stage(dsconfig.load(config)),
+        zero_stage=dsconfig.Reading.of(dsconfig.load(config)).zero_stage,
     )
 
 
