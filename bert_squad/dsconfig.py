@@ -356,6 +356,11 @@ class DeepSpeedConfig(_Read):
     def text(self) -> str:
         return json.dumps(self.values, indent=2, default=dict)
 
+    def left_auto(self) -> list[str]:
+        """The scheduler's values still "auto": filled from the run's length, where that was not known."""
+        params = self.values.get("scheduler", {}).get("params", {})
+        return [f"scheduler.params.{key}" for key, value in params.items() if value == "auto"]
+
 
 @dataclass(frozen=True)
 class Settings(_Read):
@@ -373,19 +378,18 @@ class Settings(_Read):
         """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
         return replace(self, batch=batch, load_universal=load_universal)
 
-    def finish(self, total_steps: int, warmup_ratio: float) -> DeepSpeedConfig:
-        """The finished config of a run of `total_steps` optimizer steps."""
+    def finish(self, total_steps: Optional[int], warmup_ratio: float) -> DeepSpeedConfig:
+        """The finished config of a run of `total_steps` optimizer steps (None: not known here, a plan without the
+        model's tokenizer: the scheduler's step counts stay "auto", filled at the job's start)."""
         cfg = copy.deepcopy(dict(self.values))
         cfg.update(
             train_micro_batch_size_per_gpu=self.batch.micro,
             train_batch_size=self.batch.size,
             gradient_accumulation_steps=self.batch.accumulation,
         )
-        fills = {
-            "total_num_steps": total_steps,
-            "warmup_num_steps": math.ceil(total_steps * warmup_ratio),
-            "warmup_max_lr": self.reading.learning_rate,
-        }
+        fills = {"warmup_max_lr": self.reading.learning_rate}
+        if total_steps is not None:
+            fills.update(total_num_steps=total_steps, warmup_num_steps=math.ceil(total_steps * warmup_ratio))
         params = cfg.get("scheduler", {}).get("params", {})
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
         return DeepSpeedConfig(

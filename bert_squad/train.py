@@ -483,21 +483,31 @@ def train_metrics(run: Run, wall: float, run_rates: dict[str, Any], digests: lis
 def print_config(cfg: config.RunConfig) -> int:
     """`bert-squad config`: the run's resolved configuration and the DeepSpeed config it would hand the engine
     in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
-    says goes to stderr); nothing is trained."""
+    says goes to stderr); nothing is trained. Planned where the job will not run (a login node without a GPU,
+    or before the model is downloaded), it prints what resolves there and what the job needs (`needs`): a GPU,
+    the model's files, its length for the scheduler's "auto" values; the job checks those at its start."""
     with contextlib.redirect_stdout(sys.stderr):
-        inputs = check(cfg)
-        work = plan_work(inputs)
-    print(
-        json.dumps(
-            {
-                "run": dataclasses.asdict(cfg),
-                "world_size": inputs.dist.world_size,
-                "train_features": len(work.features),
-                "steps_per_epoch": work.steps_per_epoch,
-                "total_steps": work.total_steps,
-                "deepspeed_config": work.ds_config.as_dict(),
-            },
-            indent=2,
+        try:
+            inputs = check(cfg, planning=True)
+        except cache.NotCached as missing:
+            settings, work, needs = deepspeed_settings(cfg, distributed.detect(), planning=True), None, [str(missing)]
+            ds_config = settings.finish(None, cfg.train.warmup_ratio)
+        else:
+            settings, work, needs = inputs.ds_settings, plan_work(inputs), []
+            ds_config = work.ds_config
+    if ds_config.left_auto():
+        needs.append(
+            f"the run's length, counted from its features by the model's tokenizer: {', '.join(ds_config.left_auto())} "
+            f'stay "auto" here, filled at the job\'s start'
         )
-    )
+    plan = {
+        "run": dataclasses.asdict(cfg),
+        "world_size": settings.batch.world_size,
+        "train_features": work and len(work.features),
+        "steps_per_epoch": work and work.steps_per_epoch,
+        "total_steps": work and work.total_steps,
+        "deepspeed_config": ds_config.as_dict(),
+        "needs": [*settings.needs, *needs],
+    }
+    print(json.dumps(plan, indent=2))
     return 0

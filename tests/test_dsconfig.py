@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import gpu_count, run_bert_squad, sample_path, train_args
 
 from bert_squad import config
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
@@ -325,3 +326,44 @@ def test_a_config_is_named_by_one_rule_from_where_the_run_starts(tmp_path):
     for name in ("configs/mine.json", "ds_bf16.txt", "other/ds_bf16.json"):
         with pytest.raises(UserError, match="no such DeepSpeed config"):
             locate(name)  # not in this directory
+
+
+UNCACHED = "google-bert/bert-not-in-the-cache"  # a hub name no test downloads
+
+
+@pytest.mark.parametrize("name", [p.stem for p in SHIPPED])
+def test_a_job_is_planned_on_a_login_node(name, tmp_path):
+    """`bert-squad config` where the job will not run, without a GPU and before the model is downloaded: the
+    shipped config resolved as far as it can be (the batch, the learning rate the warmup goes to), and what the
+    job needs, each said once; exit 0 and nothing written."""
+    env = {"CUDA_VISIBLE_DEVICES": ""} if gpu_count() else None  # a login node has no GPU
+    args = train_args(UNCACHED, sample_path("train-v1.1.json"), tmp_path / "out", cache=tmp_path / "cache")
+    r = run_bert_squad("config", *args, "--deepspeed-config", name, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(r.stdout)
+    shipped = load_ds_config(CONFIG_DIR / f"{name}.json")
+    shipped["scheduler"]["params"]["warmup_max_lr"] = shipped["optimizer"]["params"]["lr"]
+    shipped["train_batch_size"] = shipped["train_micro_batch_size_per_gpu"] * shipped["gradient_accumulation_steps"]
+    assert plan["deepspeed_config"] == shipped and plan["total_steps"] is None
+    needs = plan["needs"]
+    assert needs[-2].startswith(f"model '{UNCACHED}' is not in the cache {tmp_path / 'cache' / 'hub'}")
+    assert needs[-1] == (
+        "the run's length, counted from its features by the model's tokenizer: scheduler.params.warmup_num_steps, "
+        'scheduler.params.total_num_steps stay "auto" here, filled at the job\'s start'
+    )
+    assert needs[:-2] == (
+        ["fp16.enabled: a GPU (DeepSpeed's fp16 weights run on a GPU only)"] if "zero" in name else []
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_with_the_model_counts_the_steps_and_still_names_the_gpu(tiny_model, sample_train, tmp_path):
+    """With the model in reach, the plan counts the run's steps and fills the schedule; ZeRO-2's fp16 weights are
+    still the job's GPU's to run where this machine has none."""
+    env = {"CUDA_VISIBLE_DEVICES": ""} if gpu_count() else None
+    args = train_args(tiny_model, sample_train, tmp_path / "out", "--max-steps", 7, cache=tmp_path / "cache")
+    r = run_bert_squad(*args, "--deepspeed-config", "ds_zero2", "--print-config", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(r.stdout)
+    assert plan["total_steps"] == plan["deepspeed_config"]["scheduler"]["params"]["total_num_steps"] == 7
+    assert plan["needs"] == ["fp16.enabled: a GPU (DeepSpeed's fp16 weights run on a GPU only)"]
