@@ -149,7 +149,7 @@ def runnable(config: str, folder: Path) -> tuple[str, str]:
     from bert_squad import dsconfig
 
     cfg = dsconfig.load(config)
-    if not cfg.get("fp16", {}).get("enabled") or torch.cuda.is_available():
+    if not dsconfig.Reading.of(cfg).engine.float16_config.enabled or torch.cuda.is_available():
         return config, config
     cfg.pop("fp16")
     cfg["bf16"] = {"enabled": True}
@@ -187,7 +187,7 @@ def main() -> None:
         model = Path(folder)
         make_model(model, args.tokenizer or minilm_dir())
         counted = [runnable(config, model) for config in configs]
-        precisions = {name: dsconfig.precision(dsconfig.load(path)) for path, name in counted}
+        precisions = {name: dsconfig.Reading.of(dsconfig.load(path)).precision for path, name in counted}
         floors = {p: per_step("plain", model, args.seq, [p]) for p in sorted(set(precisions.values()))}
         rows = [row(f"plain torch, {p}", ops, floors[p]) for p, ops in floors.items()]
         for path, name in counted:

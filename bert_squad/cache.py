@@ -19,6 +19,11 @@ from bert_squad.errors import UserError
 from bert_squad.files import directory
 
 
+class NotCached(UserError):
+    """A model or dataset the run needs is not in the cache: what a compute node cannot fetch, and a plan made
+    before the download (`bert-squad config`) notes instead of refusing."""
+
+
 def default_cache_dir() -> str:
     """$BERT_SQUAD_CACHE, or ./cache; a variable that names a file (or is empty) is refused here, where it is read."""
     if os.environ.get("BERT_SQUAD_CACHE") == "":
@@ -104,7 +109,7 @@ def find_model(name_or_path: str, cache_dir: str | Path) -> Path:
             f"that name in the cache)"
         )
     if found is None:
-        raise UserError(
+        raise NotCached(
             f"model '{name_or_path}' is not in the cache {hub_dir(cache_dir)} nor in the Hugging Face "
             f"cache: {download_hint(cache_dir, model=name_or_path)}, or give a local model directory"
         )
@@ -114,7 +119,7 @@ def find_model(name_or_path: str, cache_dir: str | Path) -> Path:
 def find_dataset(name: str, cache_dir: str | Path) -> Path:
     path = dataset_dir(cache_dir, name)
     if not (path / "dataset_dict.json").exists():
-        raise UserError(
+        raise NotCached(
             f"dataset '{name}' is not in the cache {path}: "
             f"{download_hint(cache_dir, dataset=name)}, or give --train-file/--eval-file"
         )

@@ -72,7 +72,7 @@ class Layout:
     zero_stage: int | None = None
     precision: str | None = None
     sharded: bool = False  # DeepSpeed split the optimizer state by rank (its zero_pp_rank files: ZeRO 1-3)
-    precision_path: str | None = None  # dsconfig.precision_path: 16-bit weights, or autocast over fp32
+    precision_path: str | None = None  # dsconfig.Reading.precision_path: 16-bit weights, or autocast over fp32
     optimizer: str | None = None  # the optimizer class the engine stepped, and its wrapper (recorded at save)
 
 

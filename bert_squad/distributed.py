@@ -240,15 +240,12 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     # Imported before the group starts, not by the first forward (transformers 4.x imports it there): imported
     # while a group lives, torch._dynamo keeps references to it that outlive destroy_process_group, so gloo's
     # worker threads live on into interpreter shutdown, where one of them aborts the rank (exit 134).
-    import torch._dynamo
+    import torch._dynamo  # noqa: F401 (imported for what importing it does, above)
     from deepspeed.accelerator import get_accelerator
 
-    acc = get_accelerator()
-    if acc.device_name() == "cpu":
-        device = torch.device("cpu")
-    else:
-        acc.set_device(dist.local_rank % acc.device_count())
-        device = torch.device(acc.device_name(dist.local_rank % acc.device_count()))
+    acc, device = get_accelerator(), rank_device(dist)
+    if device.type != "cpu":
+        acc.set_device(device.index)
     deepspeed.init_distributed(
         dist_backend=acc.communication_backend_name(),
         auto_mpi_discovery=False,
@@ -260,6 +257,16 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
         barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
         transport.report(dist.rank, transport.log_path())
     return device
+
+
+def rank_device(dist: DistEnv) -> torch.device:
+    """This rank's device: the GPU its local rank picks among those it sees, or the CPU."""
+    from deepspeed.accelerator import get_accelerator  # heavy: only commands that start DeepSpeed
+
+    acc = get_accelerator()
+    if acc.device_name() == "cpu":
+        return torch.device("cpu")
+    return torch.device(acc.device_name(dist.local_rank % acc.device_count()))
 
 
 def is_initialized() -> bool:

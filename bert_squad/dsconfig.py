@@ -1,33 +1,43 @@
-"""The DeepSpeed config of a run, built once as a finished value by the rules this module owns.
+"""The DeepSpeed config of a run: read as DeepSpeed's engine reads it, checked for what DeepSpeed does not check,
+and finished by the rules this module owns.
 
-`settings` reads a config (a shipped name or a JSON file), checks it against this machine and world size,
-and decides everything that does not depend on the run's length: the batch, the learning rate, where file
-monitors write. `Settings.finish` fills the schedule from the run's length and returns the `DeepSpeedConfig`
-the engine is built with; nothing edits it afterwards, and the run writes it beside its metrics.
+`settings` reads a config (a shipped name or a JSON file) for this world size and device, and decides the batch
+and learning rate. Every value the run acts on (precision, ZeRO stage and offload, optimizer, scheduler, clipping,
+monitors) is DeepSpeed's own reading of the file (`Reading`: its `DeepSpeedConfig` and section models), so the
+run and the engine cannot disagree. What this module adds is what DeepSpeed would trip on late, on every rank, or
+read otherwise than the file says: a value JSON and DeepSpeed read differently, or one DeepSpeed takes unchecked
+(`AS_GIVEN`); the optimizer, scheduler, NVMe offload and monitors the engine would build, built or checked first
+for the run's device; the batch rule across world sizes (`Batch`) and the loop's clipping (`Reading.loop_clip`).
+A plan made without the job's device (`device=None`) lists what only that device can tell (`Settings.needs`).
 
-Batch: shipped configs give `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`; the
-global `train_batch_size` is derived by the batch rule (`Batch.size`). A config that also sets
-`train_batch_size` must agree with that product for the current world size, or the run stops with an
-error naming the keys. Scheduler values written "auto" are filled in from the run's length and lr.
-
-How a checkpoint of another world resumes with this config is resume.py's decision.
+`Settings.finish` fills the schedule's "auto" values from the run's length and lr and returns the run's
+`DeepSpeedConfig`, written beside its metrics: the user's config with the batch and schedule the run decided, so
+that given back as --deepspeed-config it trains the same run. What the engine is told for this run alone
+(`for_engine`: its clipping off where the loop clips, where monitors write, a universal checkpoint to load, which
+is resume.py's decision and never the file's) is not in it.
 """
 
+import contextlib
 import copy
 import difflib
 import functools
 import importlib.util
+import io
 import json
 import logging
 import math
+import re
 from collections.abc import KeysView, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import MappingProxyType, ModuleType
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from bert_squad.errors import UserError, first_line
-from bert_squad.files import PathLike, read_json
+from bert_squad.files import PathLike, probe_write, read_json
+
+if TYPE_CHECKING:  # torch loads with DeepSpeed, not for launch and sweep
+    import torch
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there in installed copies too
 
@@ -36,8 +46,43 @@ FILE_MONITORS = ("tensorboard", "csv_monitor")
 MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
 # The sections read here, which must be objects with object params.
 SECTIONS = ("fp16", "bf16", "torch_autocast", "zero_optimization", "optimizer", "scheduler")
-# DeepSpeed's sections that each put the model's weights in 16 bits and its optimizer in a wrapper of their own.
-HALF_SECTIONS = ("fp16", "bf16")
+# The sections the run acts on that DeepSpeed reads through a pydantic model: where DeepSpeed's reading keeps each.
+MODELS = {"fp16": "float16_config", "bf16": "bfloat16_config", "bfloat16": "bfloat16_config"}
+MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in (*FILE_MONITORS, "wandb", "comet")})
+
+# Values the run acts on that DeepSpeed takes as JSON gives them, unchecked (no model of its reads them): each must
+# be of its kind, or the engine would act on a string ("no" is true) or divide by a zero.
+SWITCH, OPTIONAL_SWITCH, COUNT, RATE = "true or false", "true, false or null", "a positive integer", "a positive number"
+NORM = "a norm of 0 or more (0: no clipping)"
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+IS_KIND: dict[str, Callable[[Any], bool]] = {
+    SWITCH: lambda v: isinstance(v, bool),
+    OPTIONAL_SWITCH: lambda v: v is None or isinstance(v, bool),
+    COUNT: lambda v: _number(v) and isinstance(v, int) and v > 0,
+    RATE: lambda v: _number(v) and v > 0,
+    NORM: lambda v: _number(v) and v >= 0,
+}
+# The optimizer's switches: DeepSpeed's engine pops the first three before it builds the optimizer, torch.optim's
+# classes take the others (null: their default).
+OPTIMIZER_SWITCHES = ["torch_adam", "adam_w_mode", "fp32_optimizer_states", "fused", "foreach", "amsgrad", "maximize"]
+OPTIMIZER_SWITCHES += ["capturable", "differentiable", "decoupled_weight_decay"]
+BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+AS_GIVEN = {
+    **dict.fromkeys(BATCH_KEYS, COUNT),
+    "steps_per_print": COUNT,
+    "gradient_clipping": NORM,
+    "wall_clock_breakdown": SWITCH,
+    "torch_autocast.enabled": SWITCH,
+    "optimizer.params.lr": RATE,  # DeepSpeed's fused Adam would take a negative one
+    **{f"optimizer.params.{key}": OPTIONAL_SWITCH for key in OPTIMIZER_SWITCHES},
+}
+# Stand-ins for a scheduler's "auto" values while it is built before the run's length is known (others: 1).
+AUTO_STAND_INS = {"total_num_steps": 10, "warmup_num_steps": 1}
 
 
 class _Recording(dict):
@@ -144,270 +189,212 @@ class Batch:
         return Batch(micro, samples // micro, self.world_size)
 
 
-class _Sections:
-    """What a config's sections say, for the dataclasses below, which hold the config as `values`."""
+@dataclass(frozen=True)
+class Reading:
+    """DeepSpeed's own reading of a config, the one its engine acts on (`deepspeed.runtime.config.
+    DeepSpeedConfig`, the pydantic models of its sections within), and what the run takes from it."""
 
-    values: Mapping[str, Any]
+    engine: Any  # DeepSpeed's DeepSpeedConfig
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any], path: PathLike = "the DeepSpeed config") -> "Reading":
+        """`cfg` read by DeepSpeed for one process (a train_batch_size left out: across worlds the batch is
+        `Batch`'s rule). Where DeepSpeed refuses it, each top-level key is read alone to name the one at fault."""
+        plain = {key: value for key, value in cfg.items() if key != "train_batch_size"}
+        whole = _deepspeed_reads(plain)
+        if isinstance(whole, Exception):
+            batch_keys = {k: v for k, v in plain.items() if k in BATCH_KEYS}
+            for key in plain:
+                alone = _deepspeed_reads({**batch_keys, key: plain[key]})
+                if isinstance(alone, Exception):
+                    raise UserError(_refusal(path, key, alone)) from None
+            raise UserError(_refusal(path, None, whole)) from None
+        return cls(whole)
 
     @property
     def precision(self) -> str:
-        return precision(self.values)
+        """What the model computes in: DeepSpeed's fp16 or bf16 weights, or torch autocast's dtype over fp32
+        weights (its DtypeEnum name)."""
+        from deepspeed.runtime.config import DtypeEnum  # DeepSpeed's own names of a dtype
+
+        ds = self.engine
+        if self.half_weights:
+            return "fp16" if ds.float16_config.enabled else "bf16"
+        return DtypeEnum(ds.torch_autocast_dtype).name if ds.torch_autocast_enabled else "fp32"
 
     @property
-    def zero_stage(self) -> int:
-        return zero_stage(self.values)
+    def half_weights(self) -> bool:
+        """DeepSpeed's fp16 or bf16 section: the weights in 16 bits, stepped by an optimizer wrapper of its own."""
+        return bool(self.engine.float16_config.enabled or self.engine.bfloat16_config.enabled)
 
     @property
     def precision_path(self) -> str:
-        return precision_path(self.values)
+        """How the model reaches its precision: DeepSpeed's 16-bit weights, stepped by its own optimizer wrapper,
+        or torch autocast over fp32 weights, stepped by the optimizer itself. The two save different optimizer
+        states, so a checkpoint of one does not resume in the other even where the precision's name is the same."""
+        if self.half_weights:
+            return f"{self.precision} weights in DeepSpeed's 16-bit optimizer"
+        if self.engine.torch_autocast_enabled:
+            return f"{self.precision} autocast over fp32 weights"
+        return "fp32 weights"
+
+    @property
+    def zero_stage(self) -> int:
+        return int(self.engine.zero_optimization_stage)
+
+    @property
+    def loop_clip(self) -> float:
+        """The gradient norm the training loop clips to itself, where DeepSpeed would clip the fp32 gradients one
+        tensor at a time (`gradient_clipping` with neither a 16-bit section nor ZeRO, whose wrappers clip a flat
+        buffer): about five aten ops a tensor, a thousand a step for BERT-base, where torch's foreach clipping
+        dispatches a handful for the same norm."""
+        plain = self.zero_stage == 0 and not self.half_weights
+        return float(self.engine.gradient_clipping) if plain else 0.0
+
+    @property
+    def learning_rate(self) -> Optional[float]:
+        return (self.engine.optimizer_params or {}).get("lr")
+
+    @property
+    def weight_decay(self) -> float:
+        return (self.engine.optimizer_params or {}).get("weight_decay", 0.0)
+
+    def offload(self, kind: str) -> Any:
+        """ZeRO's offload_param or offload_optimizer section as DeepSpeed reads it (None: not offloaded)."""
+        section = getattr(self.engine.zero_config, kind)
+        return section if section is not None and section.device != "none" else None
+
+    def monitor(self, name: str) -> Any:
+        """The monitor section `name` (tensorboard, csv_monitor, wandb, comet) as DeepSpeed reads it."""
+        return getattr(self.engine.monitor_config, name)
+
+
+def _deepspeed_reads(cfg: dict[str, Any]) -> Any:
+    """DeepSpeed's DeepSpeedConfig of `cfg`, or whatever it raised reading it (every such error is the config's)."""
+    from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
+
+    try:
+        return DeepSpeedConfig(cfg)
+    except Exception as err:
+        return err
+
+
+def _refusal(path: PathLike, key: Optional[str], err: Exception) -> str:
+    """DeepSpeed's refusal of the top-level `key` (None: of the whole config) in one line naming it: a pydantic
+    model names keys within its section."""
+    from pydantic import ValidationError  # with DeepSpeed, not for launch and sweep
+
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        loc = [str(part) for part in first["loc"]]
+        if key is not None and loc[:1] != [key]:
+            loc.insert(0, key)
+        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
+        return f"{path}: {'.'.join(loc)}: {what}"
+    return f"{path}: {key or 'the config'}: DeepSpeed refuses it: {first_line(err)}"
+
+
+class _Read:
+    """What the dataclasses below act on, from DeepSpeed's reading of the config they hold."""
+
+    reading: Reading
+
+    @property
+    def precision(self) -> str:
+        return self.reading.precision
+
+    @property
+    def precision_path(self) -> str:
+        return self.reading.precision_path
+
+    @property
+    def zero_stage(self) -> int:
+        return self.reading.zero_stage
+
+    @property
+    def loop_clip(self) -> float:
+        """The gradient norm the training loop clips to itself (0: none, or DeepSpeed clips); the engine's copy
+        has `gradient_clipping` 0 then. See `Reading.loop_clip`."""
+        return self.reading.loop_clip
+
+    @property
+    def weight_decay(self) -> float:
+        return self.reading.weight_decay
 
 
 @dataclass(frozen=True)
-class DeepSpeedConfig(_Sections):
+class DeepSpeedConfig(_Read):
     """The run's config, finished: what it holds cannot change. Written beside the run and given back as
-    --deepspeed-config, it trains the same run; `for_engine` is what DeepSpeed is handed."""
+    --deepspeed-config, it trains the same run; `for_engine` is what DeepSpeed is handed for this run."""
 
     path: Path  # the file it came from
     batch: Batch
     values: MappingProxyType  # the whole config, read-only
-    # The gradient norm the training loop clips to itself, in one foreach call, before DeepSpeed's step (0: none,
-    # or DeepSpeed clips); the engine's copy has `gradient_clipping` 0 then. See `loop_clipping`.
-    loop_clip: float = 0.0
-
-    @property
-    def weight_decay(self) -> float:
-        return self.values.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
+    reading: Reading  # DeepSpeed's reading of it
+    monitor_dir: Path  # where file monitors without an output_path write in this run
+    load_universal: bool = False  # this run resumes from DeepSpeed's universal checkpoint (resume.py decides)
 
     def as_dict(self) -> dict[str, Any]:
         """A deep copy, for the run's records."""
         return copy.deepcopy(dict(self.values))
 
     def for_engine(self) -> dict[str, Any]:
-        """What DeepSpeed is built with (a copy: it may write into the dict it is given): the run's config, with
-        DeepSpeed's own clipping off where the loop clips instead."""
+        """What DeepSpeed is built with (a copy: it may write into the dict it is given): the run's config with
+        what this run alone decided: DeepSpeed's own clipping off where the loop clips, file monitors without an
+        output_path writing into the run's output dir, and a universal checkpoint to load where the run resumes
+        through one."""
         cfg = self.as_dict()
         if self.loop_clip:
             cfg["gradient_clipping"] = 0.0
+        for name in FILE_MONITORS:
+            if self.reading.monitor(name).enabled and not self.reading.monitor(name).output_path:
+                cfg[name]["output_path"] = str(self.monitor_dir)
+        if self.load_universal:
+            cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
         return cfg
 
     def text(self) -> str:
         return json.dumps(self.values, indent=2, default=dict)
 
+    def left_auto(self) -> list[str]:
+        """The scheduler's values still "auto": filled from the run's length, where that was not known."""
+        params = self.values.get("scheduler", {}).get("params", {})
+        return [f"scheduler.params.{key}" for key, value in params.items() if value == "auto"]
+
 
 @dataclass(frozen=True)
-class Settings(_Sections):
+class Settings(_Read):
     """A config file checked for this run, and everything the run decides on top of it but the schedule."""
 
     path: Path
-    values: MappingProxyType  # the file's object with --learning-rate applied, read-only
+    values: MappingProxyType  # the file's object with --learning-rate and the batch applied, read-only
+    reading: Reading  # DeepSpeed's reading of it
     batch: Batch
-    learning_rate: Optional[float]  # the optimizer's, after --learning-rate
     monitor_dir: Path  # where file monitors without an output_path write
+    needs: tuple[str, ...] = ()  # what the job's device must have that this machine could not check (`device=None`)
     load_universal: bool = False  # the run resumes from DeepSpeed's universal checkpoint (resume.py decides)
 
     def resuming(self, batch: Batch, load_universal: bool) -> "Settings":
         """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
         return replace(self, batch=batch, load_universal=load_universal)
 
-    def finish(self, total_steps: int, warmup_ratio: float) -> DeepSpeedConfig:
-        """The finished config of a run of `total_steps` optimizer steps."""
+    def finish(self, total_steps: Optional[int], warmup_ratio: float) -> DeepSpeedConfig:
+        """The finished config of a run of `total_steps` optimizer steps (None: not known here, a plan without the
+        model's tokenizer: the scheduler's step counts stay "auto", filled at the job's start)."""
         cfg = copy.deepcopy(dict(self.values))
         cfg.update(
             train_micro_batch_size_per_gpu=self.batch.micro,
             train_batch_size=self.batch.size,
             gradient_accumulation_steps=self.batch.accumulation,
         )
-        for section in FILE_MONITORS:
-            if cfg.get(section, {}).get("enabled") and not cfg[section].get("output_path"):
-                cfg[section]["output_path"] = str(self.monitor_dir)
-        fills = {
-            "total_num_steps": total_steps,
-            "warmup_num_steps": max(math.ceil(total_steps * warmup_ratio), 1),  # DeepSpeed's schedulers refuse 0
-            "warmup_max_lr": self.learning_rate,
-        }
+        fills = {"warmup_max_lr": self.reading.learning_rate}
+        if total_steps is not None:  # at least one warmup step: DeepSpeed's schedulers refuse 0
+            fills.update(total_num_steps=total_steps, warmup_num_steps=max(math.ceil(total_steps * warmup_ratio), 1))
         params = cfg.get("scheduler", {}).get("params", {})
         params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
-        if self.load_universal:
-            cfg["checkpoint"] = dict(cfg.get("checkpoint", {}), load_universal=True)
-        return DeepSpeedConfig(self.path, self.batch, MappingProxyType(cfg), loop_clipping(cfg))
-
-
-def _positive_int(cfg: Mapping[str, Any], key: str, path: PathLike, default: Optional[int] = None) -> int:
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{path}: '{key}' must be a positive integer, not {value!r}")
-    return value
-
-
-def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
-    """The batch from whichever of the three batch keys the config gives."""
-    gas = _positive_int(cfg, "gradient_accumulation_steps", path, default=1)
-    if "train_micro_batch_size_per_gpu" in cfg:
-        micro = _positive_int(cfg, "train_micro_batch_size_per_gpu", path)
-        if (
-            "train_batch_size" in cfg
-            and _positive_int(cfg, "train_batch_size", path) != Batch(micro, gas, world_size).size
-        ):
-            raise UserError(
-                f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {micro} "
-                f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
-                f"to derive it"
-            )
-        return Batch(micro, gas, world_size)
-    total, per_sample = _positive_int(cfg, "train_batch_size", path), Batch(1, gas, world_size)
-    if total % per_sample.size:
-        raise UserError(
-            f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
-            f"{gas} x world size {world_size}"
+        return DeepSpeedConfig(
+            self.path, self.batch, MappingProxyType(cfg), self.reading, self.monitor_dir, self.load_universal
         )
-    return Batch(total // per_sample.size, gas, world_size)
-
-
-def _check_values(cfg: Mapping[str, Any], path: PathLike, has_gpu: bool) -> None:
-    """Precision against this machine, the ZeRO stage and the learning rate."""
-    chosen = [f"{s}.enabled" for s in (*HALF_SECTIONS, "torch_autocast") if cfg.get(s, {}).get("enabled")]
-    if len(chosen) > 1:
-        raise UserError(f"{path}: {' and '.join(chosen)} are each true; choose one")
-    autocast = cfg.get("torch_autocast", {})
-    if autocast.get("enabled"):
-        from deepspeed.runtime.config import DtypeEnum  # heavy: not for launch and sweep
-
-        try:
-            dtype = DtypeEnum(autocast.get("dtype")).name
-        except ValueError:
-            dtype = None
-        if dtype not in ("fp16", "bf16"):
-            raise UserError(f"{path}: torch_autocast.dtype must be bfloat16 or float16, not {autocast.get('dtype')!r}")
-    if cfg.get("fp16", {}).get("enabled") and not has_gpu:  # DeepSpeed's fp16 weights; fp16 autocast runs anywhere
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32, ds_bf16 or ds_fp16")
-    stage = cfg.get("zero_optimization", {}).get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        raise UserError(f"{path}: zero_optimization.stage must be 0..3, not {stage!r}")
-    lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    if lr is not None and not (_is_number(lr) and 0 < lr < 1):
-        raise UserError(f"{path}: optimizer.params.lr must be a number in (0, 1), not {lr!r}")
-    clip = cfg.get("gradient_clipping", 0.0)
-    if not (_is_number(clip) and math.isfinite(clip) and clip >= 0):  # the loop's clip_grad_norm_ takes any number
-        raise UserError(f"{path}: gradient_clipping must be a norm of 0 or more (0: no clipping), not {clip!r}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_monitors(cfg: Mapping[str, Any], path: PathLike) -> None:
-    """A monitor needs its package, which DeepSpeed would only miss at the first step."""
-    for section, package in MONITOR_PACKAGES.items():
-        if cfg.get(section, {}).get("enabled") and importlib.util.find_spec(package) is None:
-            raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
-
-
-def _check_with_deepspeed(cfg: Mapping[str, Any], path: PathLike) -> None:
-    """DeepSpeed's own config model, one section at a time (so an error is named by the section it is in),
-    then on the whole: unknown keys and bad values inside a section."""
-    from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError  # heavy: not for launch and sweep
-    from pydantic import ValidationError
-
-    plain = {key: value for key, value in cfg.items() if not isinstance(value, dict)}
-    for section in [*(key for key, value in cfg.items() if isinstance(value, dict)), None]:
-        try:
-            DeepSpeedConfig(cfg if section is None else {**plain, section: cfg[section]})
-        except ValidationError as err:
-            first = err.errors()[0]
-            loc = [str(part) for part in first["loc"]]
-            if section is not None and loc[:1] != [section]:  # a section's model names keys inside it
-                loc.insert(0, section)
-            what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
-            raise UserError(f"{path}: {'.'.join(loc)}: {what}") from None
-        except (DeepSpeedConfigError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as err:
-            raise UserError(f"{path}: {section or 'the config'}: DeepSpeed refuses it: {first_line(err)}") from None
-
-
-# What DeepSpeed's engine pops from an Adam optimizer's params before it builds the optimizer (engine.py).
-ADAM_ENGINE_KEYS = ("torch_adam", "adam_w_mode", "fp32_optimizer_states")
-# torch.optim's switches (true, false, or null for its default): a truthy string would pass as true.
-TORCH_SWITCHES = ("fused", "foreach", "amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
-
-
-def _check_optimizer(cfg: Mapping[str, Any], path: PathLike) -> None:
-    """The optimizer DeepSpeed's engine will build, built here on one parameter: its type must be one the
-    engine knows and its params what that optimizer takes (the engine would fail on every rank, late)."""
-    import torch  # heavy: not for launch and sweep
-    from deepspeed.runtime.config import ADAGRAD_OPTIMIZER, ADAM_OPTIMIZER, ADAMW_OPTIMIZER, DEEPSPEED_OPTIMIZERS
-
-    section = cfg.get("optimizer")
-    if not section:
-        return
-    name, params = section.get("type"), dict(section.get("params", {}))
-    cls: type
-    known = isinstance(name, str) and (name.lower() in DEEPSPEED_OPTIMIZERS or _torch_class(torch.optim, name))
-    if not known:
-        raise UserError(
-            f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
-            f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD"
-        )
-    betas = params.get("betas", [0.9, 0.999])
-    if not (isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas)):
-        raise UserError(f"{path}: optimizer.params.betas must be two numbers such as [0.9, 0.999], not {betas!r}")
-    for key in ADAM_ENGINE_KEYS + TORCH_SWITCHES:  # a string such as "no" would be taken as true
-        if key in params and not isinstance(params[key], bool) and params[key] is not None:
-            raise UserError(f"{path}: optimizer.params.{key} must be true or false, not {params[key]!r}")
-    if name.lower() in (ADAM_OPTIMIZER, ADAMW_OPTIMIZER):  # judged by torch's AdamW, which checks the same values
-        cls, params = torch.optim.AdamW, {k: v for k, v in params.items() if k not in ADAM_ENGINE_KEYS}
-        params.pop("bias_correction", None)  # DeepSpeed's fused and CPU Adam take it, torch's does not
-    elif name.lower() == ADAGRAD_OPTIMIZER:
-        cls = torch.optim.Adagrad
-    elif name.lower() in DEEPSPEED_OPTIMIZERS:
-        return  # DeepSpeed's own kernels (LAMB, Lion, Muon, mup): built only with the engine
-    else:
-        cls = getattr(torch.optim, name)  # a torch.optim class: `known` says so
-    try:  # built and stepped once: the fused and foreach kernels check their arguments' types only then
-        param = torch.nn.Parameter(torch.zeros(1))
-        param.grad = torch.zeros(1)
-        cls([param], **params).step()
-    except (TypeError, ValueError, IndexError, KeyError, RuntimeError) as err:
-        raise UserError(f"{path}: optimizer.params are not what {cls.__name__} takes: {first_line(err)}") from None
-
-
-def _check_scheduler(cfg: Mapping[str, Any], path: PathLike, learning_rate: Optional[float]) -> None:
-    """The scheduler DeepSpeed's engine will build, built here on a one-parameter optimizer, with its "auto"
-    values given stand-ins (the run fills them from its length)."""
-    import torch  # heavy: not for launch and sweep
-    from deepspeed.runtime import lr_schedules
-
-    section = cfg.get("scheduler")
-    if not section:
-        return
-    name = section.get("type")
-    cls = (
-        getattr(lr_schedules, name)
-        if name in lr_schedules.VALID_LR_SCHEDULES
-        else _torch_class(torch.optim.lr_scheduler, name)
-        if isinstance(name, str)
-        else None
-    )
-    if cls is None:
-        raise UserError(
-            f"{path}: scheduler.type {name!r} is not one DeepSpeed recognises: one of "
-            f"{', '.join(lr_schedules.VALID_LR_SCHEDULES)}, or a torch.optim.lr_scheduler class"
-        )
-    stand_ins = {"total_num_steps": 10, "warmup_num_steps": 1, "warmup_max_lr": learning_rate or 1e-3}
-    params = {k: stand_ins.get(k, 1) if v == "auto" else v for k, v in section.get("params", {}).items()}
-    quiet = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        cls(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=learning_rate or 1e-3), **params)
-    except (TypeError, ValueError, IndexError, KeyError, AssertionError) as err:
-        raise UserError(f"{path}: scheduler.params are not what {name} takes: {first_line(err)}") from None
-    finally:
-        quiet.setLevel(level)
-
-
-def _torch_class(module: ModuleType, name: str) -> Optional[type]:
-    """The class `name` in one of torch's modules, or None: DeepSpeed falls back to those by name."""
-    found = getattr(module, name, None)
-    return found if isinstance(found, type) else None
 
 
 def settings(
@@ -415,15 +402,23 @@ def settings(
     path: PathLike,
     *,
     world_size: int,
-    has_gpu: bool,
+    device: Optional["torch.device"],
     learning_rate: Optional[float] = None,
     micro_batch_size: Optional[int] = None,
     output_dir: PathLike = ".",
 ) -> Settings:
-    """`raw` (from `load`) checked for this run, with its batch, learning rate and monitor directory decided."""
+    """`raw` (from `load`) checked for this world size on `device`, the run's (None: a plan on a machine without
+    the job's GPU, where what needs the job's device becomes one of `Settings.needs`), with its batch and learning
+    rate decided."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
             raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
+    _check_as_given(raw, path)
+    if "load_universal" in raw.get("checkpoint", {}):
+        raise UserError(
+            f"{path}: checkpoint.load_universal: how a checkpoint loads is the run's decision (a universal "
+            f"checkpoint where it resumes on another number of ranks); remove the key"
+        )
     cfg = json.loads(json.dumps(raw))  # a copy: `raw` stays as the file gave it
     if learning_rate is not None:
         cfg.setdefault("optimizer", {}).setdefault("params", {})["lr"] = learning_rate
@@ -432,55 +427,206 @@ def settings(
         cfg.pop("train_batch_size", None)
         cfg["train_micro_batch_size_per_gpu"] = micro_batch_size
     batch = _batch(cfg, path, world_size)
-    _check_values(cfg, path, has_gpu)
-    # DeepSpeed would check train_batch_size for one process; _batch did, for this world size.
-    _check_with_deepspeed(
-        {
-            **{k: v for k, v in cfg.items() if k != "train_batch_size"},
-            "train_micro_batch_size_per_gpu": batch.micro,
-            "gradient_accumulation_steps": batch.accumulation,
-        },
-        path,
-    )
-    _check_monitors(cfg, path)
-    lr = cfg.get("optimizer", {}).get("params", {}).get("lr")
-    _check_optimizer(cfg, path)
-    _check_scheduler(cfg, path, lr)
-    return Settings(Path(path), MappingProxyType(cfg), batch, lr, Path(output_dir) / "monitor")
+    cfg.update(train_micro_batch_size_per_gpu=batch.micro, gradient_accumulation_steps=batch.accumulation)
+    reading = Reading.of(cfg, path)
+    _check_same_reading(cfg, reading, path)
+    needs = [*_check_precision(reading, path, device), *_check_offload(reading, path, device is None)]
+    _check_monitors(reading, path)
+    needs += _check_builds(reading, path, device)
+    return Settings(Path(path), MappingProxyType(cfg), reading, batch, Path(output_dir) / "monitor", tuple(needs))
 
 
-def precision(cfg: Mapping[str, Any]) -> str:
-    """What the model computes in: DeepSpeed's fp16 or bf16 weights, or torch autocast's dtype over fp32 weights."""
-    for section in HALF_SECTIONS:
-        if cfg.get(section, {}).get("enabled"):
-            return section
-    autocast = cfg.get("torch_autocast", {})
-    if autocast.get("enabled"):
-        from deepspeed.runtime.config import DtypeEnum  # DeepSpeed's own names of a dtype
-
-        return DtypeEnum(autocast["dtype"]).name
-    return "fp32"
-
-
-def precision_path(cfg: Mapping[str, Any]) -> str:
-    """How the model reaches its precision: DeepSpeed's 16-bit weights, stepped by its own optimizer wrapper, or
-    torch autocast over fp32 weights, stepped by the optimizer itself. The two save different optimizer states,
-    so a checkpoint of one does not resume in the other even where the precision's name is the same."""
-    if any(cfg.get(s, {}).get("enabled") for s in HALF_SECTIONS):
-        return f"{precision(cfg)} weights in DeepSpeed's 16-bit optimizer"
-    if cfg.get("torch_autocast", {}).get("enabled"):
-        return f"{precision(cfg)} autocast over fp32 weights"
-    return "fp32 weights"
+def _check_as_given(cfg: Mapping[str, Any], path: PathLike) -> None:
+    """Each value of `AS_GIVEN` that the config gives is of its kind, and no optimizer or scheduler param is a
+    number or switch in quotes ("1e-3"), which the class they go to takes as the string it is."""
+    for key, kind in AS_GIVEN.items():
+        *sections, name = key.split(".")
+        within = functools.reduce(lambda section, part: section.get(part, {}), sections, cfg)
+        if name in within and not IS_KIND[kind](within[name]):
+            raise UserError(f"{path}: {key} must be {kind}, not {within[name]!r}")
+    for section in ("optimizer", "scheduler"):
+        for key, value in cfg.get(section, {}).get("params", {}).items():
+            with contextlib.suppress(ValueError):
+                if isinstance(value, str) and isinstance(json.loads(value), (bool, int, float)):
+                    raise UserError(f"{path}: {section}.params.{key} is the string {json.dumps(value)}: write {value}")
 
 
-def loop_clipping(cfg: Mapping[str, Any]) -> float:
-    """The gradient norm the training loop clips to itself, where DeepSpeed would clip the fp32 gradients one
-    tensor at a time (`gradient_clipping` with neither a 16-bit section nor ZeRO, whose wrappers clip a flat
-    buffer): about five aten ops a tensor, a thousand a step for BERT-base, where torch's foreach clipping
-    dispatches a handful for the same norm."""
-    plain = zero_stage(cfg) == 0 and not any(cfg.get(s, {}).get("enabled") for s in HALF_SECTIONS)
-    return float(cfg.get("gradient_clipping", 0.0)) if plain else 0.0
+def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
+    """The batch from whichever of the three batch keys the config gives."""
+    gas = cfg.get("gradient_accumulation_steps", 1)
+    if "train_micro_batch_size_per_gpu" in cfg:
+        batch = Batch(cfg["train_micro_batch_size_per_gpu"], gas, world_size)
+        if cfg.get("train_batch_size", batch.size) != batch.size:
+            raise UserError(
+                f"{path}: train_batch_size {cfg['train_batch_size']} != train_micro_batch_size_per_gpu {batch.micro} "
+                f"x gradient_accumulation_steps {gas} x world size {world_size}; remove train_batch_size "
+                f"to derive it"
+            )
+        return batch
+    if "train_batch_size" not in cfg:
+        raise UserError(f"{path}: give train_micro_batch_size_per_gpu (or train_batch_size)")
+    total, per_sample = cfg["train_batch_size"], Batch(1, gas, world_size)
+    if total % per_sample.size:
+        raise UserError(
+            f"{path}: train_batch_size {total} is not divisible by gradient_accumulation_steps "
+            f"{gas} x world size {world_size}"
+        )
+    return Batch(total // per_sample.size, gas, world_size)
 
 
-def zero_stage(cfg: Mapping[str, Any]) -> int:
-    return cfg.get("zero_optimization", {}).get("stage", 0)
+def _check_same_reading(cfg: Mapping[str, Any], reading: Reading, path: PathLike) -> None:
+    """Each value of a section DeepSpeed reads through a pydantic model (`MODELS`) is what JSON says it is: a
+    string such as "false" that the model reads as a switch or a number, or a switch read as a number, is refused
+    with what to write instead."""
+    for section, where in MODELS.items():
+        if isinstance(cfg.get(section), dict):
+            _same(cfg[section], functools.reduce(getattr, where.split("."), reading.engine), section, path)
+
+
+def _same(section: Mapping[str, Any], model: Any, where: str, path: PathLike) -> None:
+    """`section` of the config at `where` against `model`, DeepSpeed's reading of it, nested sections within."""
+    from pydantic import BaseModel  # with DeepSpeed, not for launch and sweep
+
+    names = {info.alias or name: name for name, info in type(model).model_fields.items()}
+    for key, value in section.items():
+        held = getattr(model, names.get(key, key), None)
+        if isinstance(value, dict) and isinstance(held, BaseModel):
+            _same(value, held, f"{where}.{key}", path)
+        elif isinstance(held, (bool, int, float)) and isinstance(value, (str, bool)) and type(value) is not type(held):
+            given = ("the string " if isinstance(value, str) else "") + json.dumps(value)
+            raise UserError(
+                f"{path}: {where}.{key} is {given}, which DeepSpeed reads as {json.dumps(held)}: "
+                f"write {json.dumps(held)}"
+            )
+
+
+def _check_precision(reading: Reading, path: PathLike, device: Optional["torch.device"]) -> list[str]:
+    """One precision, of one that this project plans for, on `device`; what the job's device must have."""
+    from deepspeed.runtime.config import DtypeEnum  # DeepSpeed's own names of a dtype
+
+    ds = reading.engine
+    switches = {"fp16": ds.float16_config.enabled, "bf16": ds.bfloat16_config.enabled}
+    chosen = [f"{name}.enabled" for name, on in {**switches, "torch_autocast": ds.torch_autocast_enabled}.items() if on]
+    if len(chosen) > 1:
+        raise UserError(f"{path}: {' and '.join(chosen)} are each true; choose one")
+    dtype = ds.torch_autocast_dtype and DtypeEnum(ds.torch_autocast_dtype).name
+    if ds.torch_autocast_enabled and dtype not in ("fp16", "bf16"):
+        raise UserError(f"{path}: torch_autocast.dtype must be bfloat16 or float16, not {dtype!r}")
+    if not ds.float16_config.enabled:  # DeepSpeed's fp16 weights; fp16 autocast runs anywhere
+        return []
+    if device is None:
+        return ["fp16.enabled: a GPU (DeepSpeed's fp16 weights run on a GPU only)"]
+    if device.type == "cpu":
+        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32, ds_bf16 or ds_fp16")
+    return []
+
+
+def _check_offload(reading: Reading, path: PathLike, planning: bool) -> list[str]:
+    """ZeRO's offload to NVMe: its directory exists and takes files, and DeepSpeed's async_io op can be built
+    here (without either the engine stops on every rank). In a plan for other nodes (`planning`), what fails
+    here is what the job's nodes must have."""
+    needs = []
+    for kind in ("offload_param", "offload_optimizer"):
+        offload = reading.offload(kind)
+        if offload is None or offload.device != "nvme":
+            continue
+        key = f"zero_optimization.{kind}"
+        for what, why in (
+            (f"{key}.nvme_path {offload.nvme_path}", _unwritable(offload.nvme_path)),
+            (f"{key}.device nvme", _async_io_missing()),
+        ):
+            if why and not planning:
+                raise UserError(f"{path}: {what}: {why}")
+            if why:
+                needs.append(f"{what} on the job's nodes (here: {why})")
+    return needs
+
+
+def _unwritable(directory: Optional[Path]) -> Optional[str]:
+    """Why files cannot be written into `directory` (None: they can)."""
+    if directory is None:
+        return "no nvme_path given"
+    try:
+        probe_write(directory)
+    except OSError as err:
+        return f"cannot be written: {err.strerror or err}"
+    return None
+
+
+def _async_io_missing() -> Optional[str]:
+    """Why DeepSpeed's async_io op (NVMe offload's reads and writes) cannot be built here (None: it can)."""
+    from deepspeed.accelerator import get_accelerator  # heavy: not for launch and sweep
+
+    builder, said = get_accelerator().create_op_builder("AsyncIOBuilder"), io.StringIO()
+    with contextlib.redirect_stdout(said):  # the builder prints why, in colour
+        if builder is not None and builder.is_compatible(verbose=True):
+            return None
+    why = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m|\[WARNING\]", "", said.getvalue()).splitlines()]
+    return f"DeepSpeed's async_io op cannot be built: {next(filter(None, why), 'not on this accelerator')}"
+
+
+def _check_monitors(reading: Reading, path: PathLike) -> None:
+    """A monitor needs its package, which DeepSpeed would only miss at the first step."""
+    for section, package in MONITOR_PACKAGES.items():
+        if reading.monitor(section).enabled and importlib.util.find_spec(package) is None:
+            raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
+
+
+def _check_builds(reading: Reading, path: PathLike, device: Optional["torch.device"]) -> list[str]:
+    """The optimizer and scheduler the engine will build, built here by DeepSpeed's own code (`_engine_builds`)
+    on one parameter of `device`, the optimizer stepped once (the fused and foreach kernels check their arguments
+    only then): whatever the optimizer, its kernel or its op's build raises is one line naming the section.
+    Planned without the job's device, the optimizer is built on this machine's CPU, and what fails there is left
+    to the job's device."""
+    import torch  # heavy: not for launch and sweep
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    name = reading.engine.optimizer_name
+    if name is not None and name not in DEEPSPEED_OPTIMIZERS and not isinstance(getattr(torch.optim, name, None), type):
+        raise UserError(
+            f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
+            f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD"
+        )
+    engine, needs = _engine_builds()(reading), []
+    on = torch.device("cpu") if device is None or engine.zero_use_cpu_optimizer() else device
+    param = torch.nn.Parameter(torch.zeros(1, device=on))
+    param.grad = torch.zeros_like(param)
+    try:
+        optimizer = engine._configure_basic_optimizer([param]) if name is not None else torch.optim.SGD([param])
+        optimizer.step()
+    except Exception as err:  # whatever DeepSpeed, torch or an op's build raises: the params are why
+        if device is not None:
+            raise UserError(f"{path}: optimizer.params are not what {name} takes on {on}: {first_line(err)}") from None
+        needs.append(f"optimizer.params: a device whose {name} takes them (this machine's CPU: {first_line(err)})")
+        optimizer = torch.optim.SGD([param])  # for the scheduler's check
+    logger = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        engine._scheduler_from_config(optimizer)
+    except Exception as err:
+        raise UserError(f"{path}: scheduler: DeepSpeed cannot build it: {first_line(err)}") from None
+    finally:
+        logger.setLevel(level)
+    return needs
+
+
+@functools.cache
+def _engine_builds() -> type:
+    """What DeepSpeed's engine reads of itself to build the optimizer and scheduler of its config: its own
+    methods, on a reading of the config (`_config`, with stand-ins for the scheduler's "auto" values), so the
+    classes and arguments built are the engine's (torch's or DeepSpeed's fused Adam, its CPU Adam under ZeRO
+    offload, ...), with no model and no process group."""
+    from deepspeed.runtime.engine import DeepSpeedEngine  # heavy: not for launch and sweep
+
+    methods = ["_configure_basic_optimizer", "get_optimizer_configuration", "_muon_param_groups"]
+    methods += ["optimizer_name", "optimizer_params", "zero_use_cpu_optimizer", "bf16_optimizer_states"]
+    methods += ["_scheduler_from_config", "scheduler_name"]
+
+    def __init__(self: Any, reading: Reading) -> None:
+        self._config = reading.engine
+        params = reading.engine.scheduler_params or {}
+        self.scheduler_params = lambda: {k: AUTO_STAND_INS.get(k, 1) if v == "auto" else v for k, v in params.items()}
+
+    own = {"client_optimizer": None, "zenflow": False, "has_moe_layers": False, "__init__": __init__}
+    return type("EngineBuilds", (), {**{m: DeepSpeedEngine.__dict__[m] for m in methods}, **own})

@@ -75,8 +75,8 @@ def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision
             f"{ranks(batch.world_size)} cannot split evenly; resume on a number of ranks that "
             f"divides {layout.train_batch_size}"
         )
-    offload = settings.values.get("zero_optimization", {}).get("offload_optimizer", {}).get("device")
-    if layout.sharded and offload == "nvme":
+    offload = settings.reading.offload("offload_optimizer")
+    if layout.sharded and offload is not None and offload.device == "nvme":
         raise UserError(
             f"{path}: written by {old}, this run has {batch.world_size}; DeepSpeed loads no universal "
             f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "

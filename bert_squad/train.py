@@ -143,22 +143,14 @@ def matmul_precision(tf32: bool) -> Iterator[None]:
         torch.set_float32_matmul_precision(before)
 
 
-def check(cfg: config.RunConfig) -> Inputs:
-    """Everything that can be wrong with the input, found before any process group or file exists."""
+def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
+    """Everything that can be wrong with the input, found before any process group or file exists (`planning`:
+    for `bert-squad config`, see `deepspeed_settings`)."""
     directory(cfg.data.output_dir, "--output-dir ")
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
-    ds_path = dsconfig.locate(cfg.train.deepspeed_config)
-    settings = dsconfig.settings(
-        dsconfig.read(ds_path),
-        ds_path,
-        world_size=dist.world_size,
-        has_gpu=get_accelerator().device_name() != "cpu",
-        learning_rate=cfg.train.learning_rate,
-        micro_batch_size=cfg.train.micro_batch_size,
-        output_dir=cfg.data.output_dir,
-    )
+    settings = deepspeed_settings(cfg, dist, planning)
     resuming = resume.decide(resume_from, settings) if resume_from else None
     settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)
@@ -177,7 +169,7 @@ def check(cfg: config.RunConfig) -> Inputs:
     )
     model.check_window(module, cfg.windows.max_seq_length, model_dir)
     memory = get_accelerator().total_memory()
-    batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(ds_path)
+    batch_from = "--micro-batch-size" if cfg.train.micro_batch_size else str(settings.path)
     model.check_micro_batch(module, settings.batch.micro, cfg.windows.max_seq_length, memory, batch_from)
     # What its exports record, for the commands that load them: the windows, answer rules and v2.0 mode.
     trained = task.Task(cfg.windows, cfg.postprocess, train_examples.version_2)
@@ -187,6 +179,21 @@ def check(cfg: config.RunConfig) -> Inputs:
         for line in resume_from.skipped:  # newer checkpoints passed over as damaged
             report.log(dist, line)
     return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp)
+
+
+def deepspeed_settings(cfg: config.RunConfig, dist: distributed.DistEnv, planning: bool) -> dsconfig.Settings:
+    """The run's DeepSpeed config checked for its world on this rank's device; a plan (`planning`) on a machine
+    without a GPU leaves what needs the job's device to the job (`Settings.needs`)."""
+    path, device = dsconfig.locate(cfg.train.deepspeed_config), distributed.rank_device(dist)
+    return dsconfig.settings(
+        dsconfig.read(path),
+        path,
+        world_size=dist.world_size,
+        device=None if planning and device.type == "cpu" else device,
+        learning_rate=cfg.train.learning_rate,
+        micro_batch_size=cfg.train.micro_batch_size,
+        output_dir=cfg.data.output_dir,
+    )
 
 
 def plan_work(inputs: Inputs) -> Work:
@@ -512,21 +519,31 @@ def train_metrics(run: Run, run_rates: dict[str, Any], digests: list[Any]) -> di
 def print_config(cfg: config.RunConfig) -> int:
     """`bert-squad config`: the run's resolved configuration and the DeepSpeed config it would hand the engine
     in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
-    says goes to stderr); nothing is trained."""
+    says goes to stderr); nothing is trained. Planned where the job will not run (a login node without a GPU,
+    or before the model is downloaded), it prints what resolves there and what the job needs (`needs`): a GPU,
+    the model's files, its length for the scheduler's "auto" values; the job checks those at its start."""
     with contextlib.redirect_stdout(sys.stderr):
-        inputs = check(cfg)
-        work = plan_work(inputs)
-    print(
-        json.dumps(
-            {
-                "run": dataclasses.asdict(cfg),
-                "world_size": inputs.dist.world_size,
-                "train_features": len(work.features),
-                "steps_per_epoch": work.steps_per_epoch,
-                "total_steps": work.total_steps,
-                "deepspeed_config": work.ds_config.as_dict(),
-            },
-            indent=2,
+        try:
+            inputs = check(cfg, planning=True)
+        except cache.NotCached as missing:
+            settings, work, needs = deepspeed_settings(cfg, distributed.detect(), planning=True), None, [str(missing)]
+            ds_config = settings.finish(None, cfg.train.warmup_ratio)
+        else:
+            settings, work, needs = inputs.ds_settings, plan_work(inputs), []
+            ds_config = work.ds_config
+    if ds_config.left_auto():
+        needs.append(
+            f"the run's length, counted from its features by the model's tokenizer: {', '.join(ds_config.left_auto())} "
+            f'stay "auto" here, filled at the job\'s start'
         )
-    )
+    plan = {
+        "run": dataclasses.asdict(cfg),
+        "world_size": settings.batch.world_size,
+        "train_features": work and len(work.features),
+        "steps_per_epoch": work and work.steps_per_epoch,
+        "total_steps": work and work.total_steps,
+        "deepspeed_config": ds_config.as_dict(),
+        "needs": [*settings.needs, *needs],
+    }
+    print(json.dumps(plan, indent=2))
     return 0

@@ -166,8 +166,7 @@ CASES = {
             "--deepspeed_config",
             w("c.json", with_section("scheduler", {"type": "WarmupLinear", "params": {}})),
         ],
-        r"c.json: scheduler.type 'WarmupLinear' is not one "
-        r"DeepSpeed recognises: one of LRRangeTest",
+        r"c.json: scheduler: DeepSpeed cannot build it: DeepSpeed does not recognize LR scheduler WarmupLinear$",
     ),
     "betas of one number": (
         lambda w: [
@@ -179,14 +178,14 @@ CASES = {
                 ),
             ),
         ],
-        r"c.json: optimizer.params.betas must be two numbers such as \[0.9, 0.999\], not \[0.9\]",
+        r"c.json: optimizer.params are not what adamw takes on cpu: ",
     ),
     "an optimizer param it does not take": (
         lambda w: [
             "--deepspeed_config",
             w("c.json", with_section("optimizer", {"type": "SGD", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}})),
         ],
-        r"c.json: optimizer.params are not what SGD takes: .*'betas'",
+        r"c.json: optimizer.params are not what SGD takes on cpu: .*'betas'",
     ),
     "a scheduler param it does not take": (
         lambda w: [
@@ -198,7 +197,7 @@ CASES = {
                 ),
             ),
         ],
-        r"c.json: scheduler.params are not what WarmupLR takes: .*'total_num_steps'",
+        r"c.json: scheduler: DeepSpeed cannot build it: .*'total_num_steps'",
     ),
     # Values DeepSpeed's engine took wrongly: a negative norm trained unclipped, a string switch read as true, a
     # fused kernel's argument of the wrong type was a TypeError at the first step, a micro batch no machine holds
@@ -212,17 +211,57 @@ CASES = {
             "--deepspeed_config",
             w("c.json", with_section("optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": "no"}})),
         ],
-        r"c.json: optimizer.params.torch_adam must be true or false, not 'no'$",
+        r"c.json: optimizer.params.torch_adam must be true, false or null, not 'no'$",
     ),
     "a fused kernel's argument of the wrong type": (
         lambda w: [
             "--deepspeed_config",
             w(
                 "c.json",
-                with_section("optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "fused": True, "eps": [1e-8]}}),
+                with_section(
+                    "optimizer",
+                    {"type": "AdamW", "params": {"lr": 1e-4, "fused": True, "torch_adam": True, "eps": [1e-8]}},
+                ),
             ),
         ],
-        r"c.json: optimizer.params are not what AdamW takes: ",
+        r"c.json: optimizer.params are not what adamw takes on cpu: ",
+    ),
+    # Each a traceback once, after the output dir was made: bf16 trained where DeepSpeed read "false" as false (and
+    # the run as bf16), a division by zero at the first step, the async_io op's build for a directory that is not
+    # there, an assertion of torch's AdamW on a CPU, and wall_clock_breakdown blamed on the optimizer.
+    "a switch DeepSpeed reads otherwise": (
+        lambda w: ["--deepspeed_config", w("c.json", fp32_with(bf16={"enabled": "false"}))],
+        r'c.json: bf16.enabled is the string "false", which DeepSpeed reads as false: write false$',
+    ),
+    "steps_per_print 0": (
+        lambda w: ["--deepspeed_config", w("c.json", fp32_with(steps_per_print=0))],
+        r"c.json: steps_per_print must be a positive integer, not 0$",
+    ),
+    "an NVMe offload path that is not there": (
+        lambda w: [
+            "--deepspeed_config",
+            w(
+                "c.json",
+                fp32_with(zero_optimization={"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/no/nvme"}}),
+            ),
+        ],
+        r"c.json: zero_optimization.offload_param.nvme_path /no/nvme: cannot be written: No such file or directory$",
+    ),
+    "a GPU-only optimizer option on a CPU": (
+        lambda w: [
+            "--deepspeed_config",
+            w(
+                "c.json",
+                with_section(
+                    "optimizer", {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True, "capturable": True}}
+                ),
+            ),
+        ],
+        r"c.json: optimizer.params are not what adamw takes on cpu: If capturable=True, params and state_steps must be",
+    ),
+    "wall_clock_breakdown a string": (
+        lambda w: ["--deepspeed_config", w("c.json", fp32_with(wall_clock_breakdown="yes"))],
+        r"c.json: wall_clock_breakdown must be true or false, not 'yes'$",
     ),
     "a micro batch no machine holds": (
         lambda w: ["--deepspeed_config", w("c.json", fp32_with(train_micro_batch_size_per_gpu=10**9))],
@@ -268,7 +307,8 @@ def with_section(name, section):
     return fp32_with(**{name: section})
 
 
-CPU_ONLY = ("fp16 on CPU",)  # on a GPU host fp16 trains (tests/test_gpu.py)
+# On a GPU host fp16 trains (tests/test_gpu.py), and torch's AdamW takes capturable=True.
+CPU_ONLY = ("fp16 on CPU", "a GPU-only optimizer option on a CPU")
 
 
 def assert_refused(capsys, argv, pattern, out, prog="bert-squad"):

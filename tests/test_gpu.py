@@ -56,6 +56,19 @@ def test_one_gpu_trains_evaluates_and_exports(config, tiny_model, sample_train, 
     assert best.text and context[best.start : best.end] == best.text
 
 
+def test_the_config_is_checked_for_the_gpu_the_run_is_for():
+    """torch's AdamW takes capturable=True on a GPU, and DeepSpeed's fp16 weights run there: what a CPU run refuses
+    in one line (tests/test_dsconfig.py) a GPU run takes, the optimizer built and stepped on the rank's GPU."""
+    import torch
+
+    from bert_squad import dsconfig
+
+    adamw = {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True, "fused": True, "capturable": True}}
+    for name in ("ds_fp32", "ds_zero2"):
+        cfg = dict(dsconfig.load(name), optimizer=adamw)
+        assert dsconfig.settings(cfg, name, world_size=1, device=torch.device("cuda", 0)).needs == ()
+
+
 def test_each_rank_binds_its_own_gpu_from_the_visible_list(tiny_model, sample_train, tmp_path):
     """The job script's rank command (RANK_SH in slurm/job.sh) narrows CUDA_VISIBLE_DEVICES (ROCm:
     ROCR_VISIBLE_DEVICES) to the rank's own GPU, so each rank sees one device, cuda:0, and NCCL gets one

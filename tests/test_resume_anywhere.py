@@ -73,13 +73,14 @@ DS = {
 }
 
 
-WRAPPED = dsconfig.precision_path(DS)  # bf16 weights in DeepSpeed's 16-bit optimizer
+WRAPPED = dsconfig.Reading.of(DS).precision_path  # bf16 weights in DeepSpeed's 16-bit optimizer
 
 
 def settings(world, ds=DS):
-    """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world)."""
+    """DS checked for `world` ranks (its micro batch of 16 kept: the global batch follows the world), planned for a
+    job's device (what it needs, such as NVMe offload's op, is not this machine's to have)."""
     return dsconfig.settings(
-        {k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world, has_gpu=False
+        {k: v for k, v in ds.items() if k != "train_batch_size"}, "c.json", world_size=world, device=None
     )
 
 
@@ -152,12 +153,13 @@ def test_what_cannot_resume_is_refused_in_one_line(layout, world, ds, reason, tm
 
 def test_the_config_for_a_conversion(tmp_path):
     """The finished config of a resume through a universal checkpoint: the checkpoint's global batch by
-    accumulation, and DeepSpeed told to load a universal checkpoint; checking that the checkpoint can take
-    the conversion leaves nothing in it."""
+    accumulation, and DeepSpeed told to load a universal checkpoint, this run only (the written config, given
+    back, would load every later checkpoint as a universal one); checking that the checkpoint can take the
+    conversion leaves nothing in it."""
     decision = resume.decide(checkpoint.Resumable(tmp_path, Layout(2, 32, 1, 2, "bf16", True, WRAPPED)), settings(1))
-    done = decision.settings.finish(10, 0.1).as_dict()
-    assert (done["gradient_accumulation_steps"], done["train_batch_size"]) == (2, 32)
-    assert done["checkpoint"] == {"load_universal": True} and DS.get("checkpoint") is None
+    done = decision.settings.finish(10, 0.1)
+    assert (done.as_dict()["gradient_accumulation_steps"], done.as_dict()["train_batch_size"]) == (2, 32)
+    assert done.for_engine()["checkpoint"] == {"load_universal": True} and "checkpoint" not in done.as_dict()
     assert not list(tmp_path.iterdir())  # its probe of the checkpoint dir is gone
 
 
@@ -235,9 +237,10 @@ def test_pruning_keeps_the_newest_intact_checkpoints(tmp_path):
 def chain(request, tiny_eurobert, sample_train, sample_dev, tmp_path_factory):
     """Three runs of the span-head model in one output dir, each resuming the last one's newest checkpoint:
     2 ranks to step 2 (evaluated on both ranks at each step, keeping the best), 1 rank to step 4, 2 ranks to
-    step 6, a checkpoint every 2 steps. `first` is the first run's train_metrics.json."""
+    step 6, a checkpoint every 2 steps. `first` is the first run's train_metrics.json, `written` each run's
+    deepspeed_config.json."""
     tmp = tmp_path_factory.mktemp(request.param)
-    config, out, logs, first = ds_config(request.param, tmp), tmp / "out", [], None
+    config, out, logs, written, first = ds_config(request.param, tmp), tmp / "out", [], [], None
     evaluated = ["--eval-file", sample_dev, "--eval-every", 1, "--keep-best"]
     for ranks, steps in CHAIN:
         args = resume_args(tiny_eurobert, sample_train, out, config)
@@ -246,14 +249,16 @@ def chain(request, tiny_eurobert, sample_train, sample_dev, tmp_path_factory):
         r = tapped(tmp / "dumps", *args, "--max-steps", steps, ranks=ranks)
         assert r.returncode == 0, r.stderr[-3000:]
         logs.append(r.stdout)
+        written.append((out / "deepspeed_config.json").read_text())
         first = first or json.loads((out / "train_metrics.json").read_text())
     return SimpleNamespace(
         name=request.param,
         out=out,
         dumps=tmp / "dumps",
         logs=logs,
+        written=written,
         first=first,
-        zero_stage=dsconfig.zero_stage(dsconfig.load(config)),
+        zero_stage=dsconfig.Reading.of(dsconfig.load(config)).zero_stage,
     )
 
 
@@ -287,6 +292,29 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
         f"on {ranks(new)}: {how}"
     )
     assert line in chain.logs[run], chain.logs[run][-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_the_config_a_resume_writes_trains_a_run_that_resumes_its_own_checkpoint(
+    chain, tiny_eurobert, sample_train, tmp_path
+):
+    """deepspeed_config.json holds the user's config and the batch and schedule the run decided, never how one
+    resume loaded its checkpoint: after 2 ranks -> 1 rank through a universal checkpoint it has no checkpoint
+    section, and given back it trains a new run that stops at a checkpoint and resumes from that ordinary one
+    (told to load universal checkpoints, DeepSpeed would look for a conversion there is none of)."""
+    assert not [w for w in chain.written if "checkpoint" in json.loads(w)]
+    if chain.name != "zero2_bf16":
+        return
+    given_back, out = tmp_path / "given-back.json", tmp_path / "out"
+    given_back.write_text(chain.written[1])  # the 1-rank run's, which resumed through a universal checkpoint
+    for steps in (2, 3):
+        r = run_bert_squad(*resume_args(tiny_eurobert, sample_train, out, given_back), "--max-steps", steps)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed from {checkpoint_root(out)}/step00000002 at step 2\n" in r.stdout, r.stdout[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert (metrics["world_size"], metrics["train_batch_size"], metrics["steps"]) == (1, 32, 3)
+    assert json.loads((out / "deepspeed_config.json").read_text()) == json.loads(chain.written[1])
 
 
 @pytest.mark.slow

@@ -94,7 +94,7 @@ def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_
     # counted and said in the log line, and only fp16 has one
     said = re.findall(r"^step 2/\d+ .* skipped (\d+) \(fp16 overflow\)", r.stdout, re.M)
     assert engine["skipped_steps"] == (int(said[0]) if said else 0) and (name == "ds_fp16" or not said), engine
-    # fp32 weights at stage 0: the loop clips (dsconfig.loop_clipping); ZeRO's optimizer clips its own partition
+    # fp32 weights at stage 0: the loop clips (dsconfig.Reading.loop_clip); ZeRO's optimizer clips its own partition
     clipped_by_the_loop = "gradient norm clipped to 1 in one foreach call" in r.stdout
     assert clipped_by_the_loop == (name in ("ds_fp32", "ds_bf16", "ds_fp16")), r.stdout[-3000:]
     assert [log["step"] for log in metrics["logs"]] == [1, 2] and metrics["last_log"] == metrics["logs"][-1]
