@@ -46,7 +46,8 @@ def test_a_warmup_ratio_of_0_fills_the_least_warmup_deepspeed_takes():
     from deepspeed.runtime.lr_schedules import WarmupDecayLR
 
     path = SHIPPED[0]
-    params = settings(load_ds_config(path), path, world_size=1, has_gpu=False).finish(100, 0.0).as_dict()["scheduler"]
+    cpu = torch.device("cpu")
+    params = settings(load_ds_config(path), path, world_size=1, device=cpu).finish(100, 0.0).as_dict()["scheduler"]
     assert params["params"]["warmup_num_steps"] == 1
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
     WarmupDecayLR(optimizer, **{**params["params"], "warmup_max_lr": 1e-3})  # DeepSpeed takes it
