@@ -256,9 +256,10 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
         rank=dist.rank,
         world_size=dist.world_size,
     )
-    if transport.asked():
+    log = transport.asked()
+    if log:
         barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
-        transport.report(dist.rank, transport.log_path())
+        transport.report(dist.rank, log)
     return device
 
 
