@@ -23,7 +23,7 @@ import torch
 import torch.distributed as td
 
 from bert_squad import transport
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 
 DEFAULT_PORT = 29500
 T = TypeVar("T")
@@ -39,6 +39,7 @@ class DistEnv:
     master_addr: str
     master_port: int
     launcher: str  # which variables told us: env, mpirun, pmi, srun or single
+    run: str  # which run of which job the ranks are (`run_name`), checked where they meet (`rendezvous`)
 
     @property
     def is_main(self) -> bool:
@@ -62,8 +63,8 @@ def job_port(job_id: int, step: int | None = None) -> int:
     there into the next jobs' ports. So the runs of one job never share a port, however many run at once: its
     batch step and its steps 0 to 7998 all meet apart. Jobs whose ids differ mod 1000 (jobs that share a node at
     once have ids within 1000 of each other) never share a port while their keys stay below 8 (the batch step
-    and steps 0 to 6); a job's step s from 7 on can meet the run of key (s + 1) mod 8 of job id + (s + 1) // 8.
-    Where a site reserves ports for steps, a step takes one of
+    and steps 0 to 6); a job's step s from 7 on can meet the run of key (s + 1) mod 8 of job id + (s + 1) // 8,
+    which its rendezvous then refuses (`rendezvous`). Where a site reserves ports for steps, a step takes one of
     those instead (`step_port`)."""
     key = 0 if step is None else 1 + step
     return JOB_BASE + (JOB_KEYS * job_id + key) % JOB_PORTS
@@ -135,7 +136,7 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
     else:
         launcher, rank, size, local = "single", 0, 1, 0
     addr, port = _master(env, size)
-    return DistEnv(rank, size, local, addr, port, launcher)
+    return DistEnv(rank, size, local, addr, port, launcher, run_name(env, size))
 
 
 def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None = None, of: str = "") -> int:
@@ -173,6 +174,19 @@ def slurm_rendezvous(env: Mapping[str, str], size: int) -> tuple[str, int] | Non
         return nodes, step_port(env, job, env_number(env, "SLURM_STEP_ID"))
     namespace = env.get("PMIX_NAMESPACE")
     return "SLURM_JOB_NODELIST", mpirun_port(namespace) if namespace else job_port(job)
+
+
+def run_name(env: Mapping[str, str], size: int) -> str:
+    """The run the `size` ranks are, as each of them names it alike from its launcher's variables, for the
+    rendezvous to tell its own ranks from a stranger's: "job 4242 step 3 (2 ranks)", "job 4242 mpirun
+    1333723137 (2 ranks)", "mpirun 1333723137 (2 ranks)" outside Slurm, "a run (2 ranks)" where nothing names
+    it."""
+    names = [f"job {env['SLURM_JOB_ID']}"] if "SLURM_JOB_ID" in env else []
+    if names and _srun_step(env, size):
+        names.append(f"step {env['SLURM_STEP_ID']}")
+    elif "PMIX_NAMESPACE" in env:
+        names.append(f"mpirun {env['PMIX_NAMESPACE']}")
+    return f"{' '.join(names) or 'a run'} ({size} ranks)"
 
 
 def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
@@ -262,7 +276,8 @@ def process_group(dist: DistEnv, timeout_s: float = 600) -> Iterator[torch.devic
 
 
 def _init(dist: DistEnv, timeout_s: float) -> torch.device:
-    """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
+    """Bind this rank's GPU (if any) and start the process group on the run's own store; returns the torch
+    device. DeepSpeed takes the group as it finds it."""
     import deepspeed  # heavy: only commands that start a process group
 
     # Imported before the group starts, not by the first forward (transformers 4.x imports it there): imported
@@ -277,18 +292,57 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     else:
         acc.set_device(dist.local_rank % acc.device_count())
         device = torch.device(acc.device_name(dist.local_rank % acc.device_count()))
-    deepspeed.init_distributed(
-        dist_backend=acc.communication_backend_name(),
-        auto_mpi_discovery=False,
-        timeout=timedelta(seconds=timeout_s),
+    timeout = timedelta(seconds=timeout_s)
+    td.init_process_group(
+        acc.communication_backend_name(),
+        store=rendezvous(dist, timeout),
         rank=dist.rank,
         world_size=dist.world_size,
+        timeout=timeout,
+        # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not on a peer's, nor for one rank)
+        device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
     )
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout)
     log = transport.asked()
     if log:
         barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
         transport.report(dist.rank, log)
     return device
+
+
+# Where the run's store holds its name, set by rank 0 and read by the others before they join; how long they
+# wait for it: rank 0 sets it as soon as its store listens, before any other rank can reach it.
+RUN_KEY = "bert_squad/run"
+RUN_KEY_WAIT = timedelta(seconds=15)
+PORTS_DOC = "(docs/clusters.md, 'How the ranks start')"
+
+
+def rendezvous(dist: DistEnv, timeout: timedelta) -> td.TCPStore:
+    """The run's torch.distributed store at MASTER_ADDR:MASTER_PORT, which rank 0 serves, once this rank has
+    seen that it is its own run's: rank 0 writes the run's name (`run_name`: job, step or mpirun, world size),
+    the others read it and refuse another. Two runs on one port (an exported MASTER_PORT twice, or `job_port`'s
+    keys of two jobs meeting) then fail in one line each within seconds: the second's rank 0 cannot listen, its
+    other ranks find the first's store and name both runs, instead of joining it."""
+    where, fix = f"{dist.master_addr}:{dist.master_port}", "export MASTER_PORT with a free port " + PORTS_DOC
+    try:
+        store = td.TCPStore(
+            dist.master_addr, dist.master_port, dist.world_size, dist.rank == 0, timeout=timeout, wait_for_workers=False
+        )
+    except td.DistNetworkError as err:
+        why = "its port is another run's or program's: " + fix if "EADDRINUSE" in str(err) else first_line(err)
+        raise UserError(f"rank {dist.rank} of {dist.run} found no rendezvous at {where}: {why}") from None
+    if dist.rank == 0:
+        store.set(RUN_KEY, dist.run)
+        return store
+    store.set_timeout(RUN_KEY_WAIT)
+    try:
+        found = store.get(RUN_KEY).decode(errors="replace")
+    except td.DistStoreError:
+        found = "a store that is no bert-squad run's"
+    store.set_timeout(timeout)
+    if found != dist.run:
+        raise UserError(f"rank {dist.rank} of {dist.run} met {found} at {where}, two runs on one port: {fix}")
+    return store
 
 
 def is_initialized() -> bool:

@@ -1,14 +1,17 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import textwrap
+from datetime import timedelta
 
 import pytest
 from helpers import MPIRUN, PYTHON, free_port, launcher_env
 
-from bert_squad.distributed import detect, job_port, mpirun_port, started_by_launcher
+from bert_squad import distributed
+from bert_squad.distributed import detect, job_port, mpirun_port, rendezvous, started_by_launcher
 from bert_squad.errors import UserError
 
 
@@ -148,6 +151,45 @@ def test_a_step_with_reserved_ports_meets_at_the_last_of_them():
     mpirun = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": SEEN[0][1]}
     env = {**srun_task(1, 2, SLURM_STEP_ID="0", SLURM_STEP_RESV_PORTS="15001-15003"), **mpirun}
     assert detect(env).master_port == mpirun_port(SEEN[0][1])
+
+
+def test_every_rank_names_its_run_alike():
+    """What the rendezvous compares: the job and step under srun, the job and namespace under mpirun (whose
+    ranks are in different steps), the namespace outside Slurm; and the world size."""
+    step = {**srun_task(0, 2, SLURM_STEP_ID="3"), "SLURM_STEP_NODELIST": "nid001"}
+    assert {detect({**step, "SLURM_PROCID": str(r)}).run for r in (0, 1)} == {"job 4242 step 3 (2 ranks)"}
+    ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "1093468161"}
+    local, remote = {**ompi, "OMPI_COMM_WORLD_RANK": "0"}, {**ompi, "OMPI_COMM_WORLD_RANK": "1", "SLURM_STEP_ID": "0"}
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "nid001"}
+    assert {detect({**env, **slurm}).run for env in (local, remote)} == {"job 4242 mpirun 1093468161 (2 ranks)"}
+    assert detect(local).run == "mpirun 1093468161 (2 ranks)"
+    assert detect({"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "nid001"}).run == "a run (3 ranks)"
+
+
+def test_a_rank_that_reaches_another_runs_store_refuses_it(monkeypatch):
+    """Two steps forced onto one port: the first's rank 0 serves its store; the second's rank 1 finds it and
+    names both runs, the second's rank 0 cannot listen, each in one line; a store of no bert-squad run (no
+    name in it) is refused too, once the name's short wait is over; the first's own rank 1 joins."""
+    monkeypatch.setattr(distributed, "RUN_KEY_WAIT", timedelta(seconds=1))
+    forced = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    first, second = ({**srun_task(rank, 2, SLURM_STEP_ID=step), **forced} for rank, step in ((0, "0"), (1, "8")))
+    held = rendezvous(detect(first), timedelta(seconds=60))
+    where = f"127.0.0.1:{forced['MASTER_PORT']}"
+    with pytest.raises(UserError) as refused:
+        rendezvous(detect(second), timedelta(seconds=60))
+    assert str(refused.value).startswith(
+        f"rank 1 of job 4242 step 8 (2 ranks) met job 4242 step 0 (2 ranks) at {where}, two runs on one port: "
+    )
+    with pytest.raises(
+        UserError, match=rf"^rank 0 of job 4242 step 8 \(2 ranks\) found no rendezvous at {where}: its port"
+    ):
+        rendezvous(detect({**second, "SLURM_PROCID": "0"}), timedelta(seconds=60))
+    with pytest.raises(UserError, match="met a store that is no bert-squad run's"):
+        foreign = distributed.td.TCPStore("127.0.0.1", 0, 2, True, wait_for_workers=False)
+        rendezvous(dataclasses.replace(detect(second), master_port=foreign.port), timedelta(seconds=60))
+    own = rendezvous(detect({**first, "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}), timedelta(seconds=60))
+    own.set("rank 1", "here")
+    assert held.get("rank 1") == b"here"
 
 
 def test_a_launcher_is_seen_behind_the_job_templates_rank():
