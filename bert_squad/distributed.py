@@ -72,14 +72,14 @@ def job_port(job_id: int, step: int | None = None) -> int:
 
 def mpirun_port(namespace: str) -> int:
     """The rendezvous port of the ranks of one mpirun, whose PMIx `namespace` every rank shares:
-    MPIRUN_BASE + (`mpirun_number`) mod MPIRUN_PORTS. Not the job's: under Slurm mpirun runs on the job's first
+    MPIRUN_BASE + (`_mpirun_number`) mod MPIRUN_PORTS. Not the job's: under Slurm mpirun runs on the job's first
     node, where its master is, and the mpiruns of one host, of one job or of several, differ in their number by
     their PIDs. Two of them share a port only if their PIDs are equal in their low 12 bits (for PIDs below
     65536; Open MPI 4 folds larger ones), so those started within 4096 processes of each other never do."""
-    return MPIRUN_BASE + mpirun_number(namespace) % MPIRUN_PORTS
+    return MPIRUN_BASE + _mpirun_number(namespace) % MPIRUN_PORTS
 
 
-def mpirun_number(namespace: str) -> int:
+def _mpirun_number(namespace: str) -> int:
     """What tells the mpiruns of one host apart in their PMIx namespace. Open MPI 4's (ORTE) is mpirun's job id
     in decimal: its upper 16 bits are a hash of mpirun's host name XOR its PID, folded to 16 bits, the lower the
     job's number in mpirun (1): plm_base_jobid.c. Open MPI 5's (PRRTE) is `prterun-<host>-<pid>@<job>`, the PID
@@ -97,9 +97,10 @@ def step_port(env: Mapping[str, str], job_id: int, step: int) -> int:
     reserved = env.get("SLURM_STEP_RESV_PORTS")
     if reserved is None:
         return job_port(job_id, step)
-    if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", reserved):
+    last = int(re.findall(r"\d+", reserved)[-1]) if re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", reserved) else 0
+    if not 0 < last < 65536:
         raise UserError(f"SLURM_STEP_RESV_PORTS={reserved}: not Slurm's list of reserved ports (12000-12002)")
-    return int(re.findall(r"\d+", reserved)[-1])
+    return last
 
 
 # Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.

@@ -277,6 +277,14 @@ def test_explicit_env_wins_over_launcher_variables():
         ),
         ({**srun_task(0, 2), "SLURM_STEP_ID": "batch"}, "SLURM_STEP_ID=batch: not a whole number"),
         (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_RESV_PORTS": "any"},
+            "SLURM_STEP_RESV_PORTS=any: not Slurm's list of reserved ports",
+        ),
+        (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_RESV_PORTS": "65530-65536"},
+            "SLURM_STEP_RESV_PORTS=65530-65536: not Slurm's list of reserved ports",
+        ),
+        (
             {
                 "SLURM_PROCID": "0",
                 "SLURM_STEP_NUM_TASKS": "2",
