@@ -35,7 +35,7 @@ def train_until_signal(args: argparse.Namespace, directory: Path) -> tuple:
     windows = ["--max-seq-length", str(args.max_seq_length), "--doc-stride", "32", "--max-query-length", "24"]
     endless = ["--max-steps", "100000", "--log-every", "100000", "--no-eval"]  # until the signal stops it
     cmd = [*tap, *signal_at, *model, *out, *windows, *endless]
-    common = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job_port(str(os.getpid()))))
+    common = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job_port(os.getpid())))
     ranks = [
         subprocess.Popen(
             cmd,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import time
 import zlib
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as td
 
 from bert_squad import transport
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 
 DEFAULT_PORT = 29500
 T = TypeVar("T")
@@ -38,45 +39,68 @@ class DistEnv:
     master_addr: str
     master_port: int
     launcher: str  # which variables told us: env, mpirun, pmi, srun or single
+    run: str  # which run of which job the ranks are (`run_name`), checked where they meet (`rendezvous`)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
 
-# The ports of the jobs' runs: 20000-31999, below Linux's default range of ephemeral ports (32768-60999), where any
+# The rendezvous ports: 20000-32095, below Linux's default range of ephemeral ports (32768-60999), where any
 # outgoing connection could take a port first, a rank's own connection to the rendezvous included (a TCP
-# self-connect, which leaves rank 0 unable to listen and the others waiting on themselves).
-PORT_BASE, PORTS = 20000, 12000
-# A job's runs each take one slot: the batch step's (0), an srun step's (1 + step id mod STEP_SLOTS), or an
-# mpirun's (1 + STEP_SLOTS + its PMIx namespace mod MPIRUN_SLOTS). Slot k moves the job's port on by k x JOB_SPAN.
-STEP_SLOTS, MPIRUN_SLOTS = 8, 3
-JOB_SPAN = PORTS // (1 + STEP_SLOTS + MPIRUN_SLOTS)
+# self-connect, which leaves rank 0 unable to listen and the others waiting on themselves). A Slurm job's batch
+# step and srun steps take 20000-27999 (`job_port`), mpiruns 28000-32095 (`mpirun_port`), so the two never meet.
+JOB_BASE, JOB_PORTS, JOB_KEYS = 20000, 8000, 8
+MPIRUN_BASE, MPIRUN_PORTS = JOB_BASE + JOB_PORTS, 4096
 
 
-def job_port(job_id: int | str, step: int | None = None, namespace: str | None = None) -> int:
-    """The rendezvous port of a run of a job (Slurm's job id; outside Slurm, the PMIx namespace mpirun gives all
-    its ranks): of the batch step, of the srun step `step`, or of the mpirun whose ranks share the PMIx
-    `namespace` (its ranks are in no step, or in its daemons').
+def job_port(job_id: int, step: int | None = None) -> int:
+    """The rendezvous port of a run of Slurm job `job_id`: of its batch step (key 0), or of its srun step
+    `step` (key 1 + step). The one definition, so that every rank derives the same port (the job script leaves
+    MASTER_PORT unset): JOB_BASE + (JOB_KEYS x job + key) mod JOB_PORTS.
 
-    The one definition, so that every rank derives the same port (the job script leaves MASTER_PORT unset):
-    PORT_BASE + (job + JOB_SPAN x slot) mod PORTS. Runs of two jobs whose ids differ mod JOB_SPAN (1000) never
-    share a port, whatever their steps: jobs that run at once on a node, whose ids lie within 1000 of each
-    other, do not meet apart by chance. The runs of one job share a port only when they take the same slot:
-    two srun steps whose ids are equal mod STEP_SLOTS (8), or two mpiruns whose namespaces are equal mod
-    MPIRUN_SLOTS (3); the batch step's slot is its own, not step 0's."""
-    if step is not None:
-        slot = 1 + step % STEP_SLOTS
-    elif namespace is not None:
-        slot = 1 + STEP_SLOTS + _key(namespace) % MPIRUN_SLOTS
-    else:
-        slot = 0
-    return PORT_BASE + (_key(job_id) + JOB_SPAN * slot) % PORTS
+    Each job has JOB_KEYS (8) ports of its own from JOB_BASE + 8 x (job mod 1000) on, and its keys go on from
+    there into the next jobs' ports. So the runs of one job never share a port, however many run at once: its
+    batch step and its steps 0 to 7998 all meet apart. Jobs whose ids differ mod 1000 (jobs that share a node at
+    once have ids within 1000 of each other) never share a port while their keys stay below 8 (the batch step
+    and steps 0 to 6); a job's step s from 7 on can meet the run of key (s + 1) mod 8 of job id + (s + 1) // 8,
+    which its rendezvous then refuses (`rendezvous`). Where a site reserves ports for steps, a step takes one of
+    those instead (`step_port`)."""
+    key = 0 if step is None else 1 + step
+    return JOB_BASE + (JOB_KEYS * job_id + key) % JOB_PORTS
 
 
-def _key(value: int | str) -> int:
-    """A whole number for an id: itself if it is one, else a checksum of its text (a PMIx namespace)."""
-    return int(value) if str(value).isdigit() else zlib.crc32(str(value).encode())
+def mpirun_port(namespace: str) -> int:
+    """The rendezvous port of the ranks of one mpirun, whose PMIx `namespace` every rank shares:
+    MPIRUN_BASE + (`_mpirun_number`) mod MPIRUN_PORTS. Not the job's: under Slurm mpirun runs on the job's first
+    node, where its master is, and the mpiruns of one host, of one job or of several, differ in their number by
+    their PIDs. Two of them share a port only if their PIDs are equal in their low 12 bits (for PIDs below
+    65536; Open MPI 4 folds larger ones), so those started within 4096 processes of each other never do."""
+    return MPIRUN_BASE + _mpirun_number(namespace) % MPIRUN_PORTS
+
+
+def _mpirun_number(namespace: str) -> int:
+    """What tells the mpiruns of one host apart in their PMIx namespace. Open MPI 4's (ORTE) is mpirun's job id
+    in decimal: its upper 16 bits are a hash of mpirun's host name XOR its PID, folded to 16 bits, the lower the
+    job's number in mpirun (1): plm_base_jobid.c. Open MPI 5's (PRRTE) is `prterun-<host>-<pid>@<job>`, the PID
+    itself. Any other (another launcher's): a checksum of its text."""
+    if namespace.isdigit():
+        return int(namespace) >> 16
+    prrte = re.search(r"-(\d+)@\d+$", namespace)
+    return int(prrte.group(1)) if prrte else zlib.crc32(namespace.encode())
+
+
+def step_port(env: Mapping[str, str], job_id: int, step: int) -> int:
+    """The port of srun step `step`: the last of the ports Slurm reserved for it where the site has it reserve
+    them (MpiParams=ports=, SLURM_STEP_RESV_PORTS, the same on every node of the step and taken by no other step
+    on them while it runs; Cray's PMI takes the first), else `job_port`'s."""
+    reserved = env.get("SLURM_STEP_RESV_PORTS")
+    if reserved is None:
+        return job_port(job_id, step)
+    last = int(re.findall(r"\d+", reserved)[-1]) if re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", reserved) else 0
+    if not 0 < last < 65536:
+        raise UserError(f"SLURM_STEP_RESV_PORTS={reserved}: not Slurm's list of reserved ports (12000-12002)")
+    return last
 
 
 # Where each launcher puts (rank, world size, local rank); the explicit RANK/WORLD_SIZE come first and win.
@@ -113,7 +137,7 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
     else:
         launcher, rank, size, local = "single", 0, 1, 0
     addr, port = _master(env, size)
-    return DistEnv(rank, size, local, addr, port, launcher)
+    return DistEnv(rank, size, local, addr, port, launcher, run_name(env, size))
 
 
 def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None = None, of: str = "") -> int:
@@ -129,22 +153,41 @@ def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None
     return number
 
 
+def _srun_step(env: Mapping[str, str], size: int) -> bool:
+    """Whether srun started every rank as a task of one step: not mpirun, and the step has `size` tasks."""
+    return "OMPI_COMM_WORLD_SIZE" not in env and env.get("SLURM_STEP_NUM_TASKS") == str(size) and "SLURM_STEP_ID" in env
+
+
 def slurm_rendezvous(env: Mapping[str, str], size: int) -> tuple[str, int] | None:
     """Where the `size` ranks of a Slurm job meet: (the variable whose first node is the master, the port);
     None outside a Slurm job.
 
-    When srun started every rank as a task of one step (not mpirun, and the step has `size` tasks), they
-    meet on the step's first node, which need not be the job's (`srun -N1` on the second node of two), at
-    the port of the job's id and the step's, so two steps of one job meet apart. mpirun's ranks share no
-    step (those on other nodes than mpirun's own are in its daemons' step, the others in none): rank 0 runs
-    on the job's first node, and mpirun's PMIx namespace, the same on every rank, picks the port (`job_port`)."""
+    When srun started every rank as a task of one step, they meet on the step's first node, which need not
+    be the job's (`srun -N1` on the second node of two), at the step's port (`step_port`), so the steps of
+    one job meet apart. mpirun's ranks share no step (those on other nodes than mpirun's own are in its
+    daemons' step, the others in none): rank 0 runs on the job's first node, and mpirun's PMIx namespace,
+    the same on every rank, picks the port (`mpirun_port`)."""
     if "SLURM_JOB_ID" not in env:
         return None
     job = env_number(env, "SLURM_JOB_ID")
-    if "OMPI_COMM_WORLD_SIZE" not in env and env.get("SLURM_STEP_NUM_TASKS") == str(size) and "SLURM_STEP_ID" in env:
+    if _srun_step(env, size):
         nodes = "SLURM_STEP_NODELIST" if "SLURM_STEP_NODELIST" in env else "SLURM_JOB_NODELIST"
-        return nodes, job_port(job, step=env_number(env, "SLURM_STEP_ID"))
-    return "SLURM_JOB_NODELIST", job_port(job, namespace=env.get("PMIX_NAMESPACE"))
+        return nodes, step_port(env, job, env_number(env, "SLURM_STEP_ID"))
+    namespace = env.get("PMIX_NAMESPACE")
+    return "SLURM_JOB_NODELIST", mpirun_port(namespace) if namespace else job_port(job)
+
+
+def run_name(env: Mapping[str, str], size: int) -> str:
+    """The run the `size` ranks are, as each of them names it alike from its launcher's variables, for the
+    rendezvous to tell its own ranks from a stranger's: "job 4242 step 3 (2 ranks)", "job 4242 mpirun
+    1333723137 (2 ranks)", "mpirun 1333723137 (2 ranks)" outside Slurm, "a run (2 ranks)" where nothing names
+    it."""
+    names = [f"job {env['SLURM_JOB_ID']}"] if "SLURM_JOB_ID" in env else []
+    if names and _srun_step(env, size):
+        names.append(f"step {env['SLURM_STEP_ID']}")
+    elif "PMIX_NAMESPACE" in env:
+        names.append(f"mpirun {env['PMIX_NAMESPACE']}")
+    return f"{' '.join(names) or 'a run'} ({size} ranks)"
 
 
 def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
@@ -168,7 +211,7 @@ def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
     elif slurm:
         port = slurm[1]
     elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
-        port = job_port(env["PMIX_NAMESPACE"])
+        port = mpirun_port(env["PMIX_NAMESPACE"])
     else:
         port = DEFAULT_PORT if size > 1 else _free_port()
     return addr, port
@@ -234,7 +277,8 @@ def process_group(dist: DistEnv, timeout_s: float = 600) -> Iterator[torch.devic
 
 
 def _init(dist: DistEnv, timeout_s: float) -> torch.device:
-    """Bind this rank's GPU (if any) and start the process group; returns the torch device."""
+    """Bind this rank's GPU (if any) and start the process group on the run's own store; returns the torch
+    device. DeepSpeed takes the group as it finds it."""
     import deepspeed  # heavy: only commands that start a process group
 
     # Imported before the group starts, not by the first forward (transformers 4.x imports it there): imported
@@ -246,16 +290,21 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     acc, device = get_accelerator(), rank_device(dist)
     if device.type != "cpu":
         acc.set_device(device.index)
-    deepspeed.init_distributed(
-        dist_backend=acc.communication_backend_name(),
-        auto_mpi_discovery=False,
-        timeout=timedelta(seconds=timeout_s),
+    timeout = timedelta(seconds=timeout_s)
+    td.init_process_group(
+        acc.communication_backend_name(),
+        store=rendezvous(dist, timeout),
         rank=dist.rank,
         world_size=dist.world_size,
+        timeout=timeout,
+        # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not on a peer's, nor for one rank)
+        device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
     )
-    if transport.asked():
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout)
+    log = transport.asked()
+    if log:
         barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
-        transport.report(dist.rank, transport.log_path())
+        transport.report(dist.rank, log)
     return device
 
 
@@ -267,6 +316,41 @@ def rank_device(dist: DistEnv) -> torch.device:
     if acc.device_name() == "cpu":
         return torch.device("cpu")
     return torch.device(acc.device_name(dist.local_rank % acc.device_count()))
+
+
+# Where the run's store holds its name, set by rank 0 and read by the others before they join; how long they
+# wait for it: rank 0 sets it as soon as its store listens, before any other rank can reach it.
+RUN_KEY = "bert_squad/run"
+RUN_KEY_WAIT = timedelta(seconds=15)
+PORTS_DOC = "(docs/clusters.md, 'How the ranks start')"
+
+
+def rendezvous(dist: DistEnv, timeout: timedelta) -> td.TCPStore:
+    """The run's torch.distributed store at MASTER_ADDR:MASTER_PORT, which rank 0 serves, once this rank has
+    seen that it is its own run's: rank 0 writes the run's name (`run_name`: job, step or mpirun, world size),
+    the others read it and refuse another. Two runs on one port (an exported MASTER_PORT twice, or `job_port`'s
+    keys of two jobs meeting) then fail in one line each within seconds: the second's rank 0 cannot listen, its
+    other ranks find the first's store and name both runs, instead of joining it."""
+    where, fix = f"{dist.master_addr}:{dist.master_port}", "export MASTER_PORT with a free port " + PORTS_DOC
+    try:
+        store = td.TCPStore(
+            dist.master_addr, dist.master_port, dist.world_size, dist.rank == 0, timeout=timeout, wait_for_workers=False
+        )
+    except td.DistNetworkError as err:
+        why = "its port is another run's or program's: " + fix if "EADDRINUSE" in str(err) else first_line(err)
+        raise UserError(f"rank {dist.rank} of {dist.run} found no rendezvous at {where}: {why}") from None
+    if dist.rank == 0:
+        store.set(RUN_KEY, dist.run)
+        return store
+    store.set_timeout(RUN_KEY_WAIT)
+    try:
+        found = store.get(RUN_KEY).decode(errors="replace")
+    except td.DistStoreError:
+        found = "a store that is no bert-squad run's"
+    store.set_timeout(timeout)
+    if found != dist.run:
+        raise UserError(f"rank {dist.rank} of {dist.run} met {found} at {where}, two runs on one port: {fix}")
+    return store
 
 
 def is_initialized() -> bool:

@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 
+from bert_squad.files import scratch
+
 # The names NCCL gives the networks that reach it through libfabric: the plugin's "Libfabric", "AWS
 # Libfabric" (up to 1.11, or NCCL_NET="AWS Libfabric") or "OFI" (NCCL_NET=OFI): aws-ofi-nccl's
 # src/nccl_ofi_interface_nvidia.cpp. NCCL's own are "Socket" and "IB".
@@ -80,23 +82,26 @@ def parse(lines: Iterable[str]) -> Transport:
     return Transport(**found)
 
 
-def log_path() -> str:
-    """This rank's file for the library's debug lines."""
-    return os.path.join(tempfile.gettempdir(), f"bert-squad-nccl-{os.getpid()}.log")
+_asked: str | None = None  # the debug file this process asked for (`ask`), if it did
 
 
 def ask(environ: MutableMapping[str, str] = os.environ) -> str | None:
     """Ask NCCL/RCCL for INIT and NET debug lines in a file of this rank's own (`runtime.prepare` does, on
-    a GPU); returns its path, or None where the user set NCCL_DEBUG (their output goes where they said)."""
+    a GPU); returns its path, or None where the user set NCCL_DEBUG (their output goes where they said). The
+    file is `files.scratch`'s in the temporary directory, which the ranks of a node share (a PID names no
+    rank's own there: ranks in containers of their own PID namespace share /tmp)."""
+    global _asked
     if environ.get("NCCL_DEBUG"):
         return None
-    environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=log_path())
-    return log_path()
+    path = _asked = str(scratch(tempfile.gettempdir(), "bert-squad-nccl"))
+    environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=path)
+    return path
 
 
-def asked(environ: MutableMapping[str, str] = os.environ) -> bool:
-    """Whether this rank asked (`ask`), so its process group should `report`."""
-    return environ.get("NCCL_DEBUG_FILE") == log_path()
+def asked(environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """The debug file this rank asked for (`ask`) and NCCL still writes to, for its process group to
+    `report` on; None where it asked for none."""
+    return _asked if _asked is not None and environ.get("NCCL_DEBUG_FILE") == _asked else None
 
 
 def report(rank: int, path: str, environ: MutableMapping[str, str] = os.environ) -> Transport:

@@ -223,9 +223,9 @@ esac
 CMD=("${LAUNCH[@]}" "${RUN[@]}" bash -c "$RANK_SH" bert-squad-rank "${RANK_ARGS[@]}")
 
 # Rendezvous: every rank derives MASTER_ADDR and MASTER_PORT itself (bert_squad.distributed.slurm_rendezvous,
-# the one rule): under srun the first node of the ranks' step and a port from the job id and the step id,
-# under mpirun the first node of the job and a port from the job id and mpirun's namespace (docs/clusters.md
-# says which jobs and steps on one node never share a port).
+# the one rule): under srun the first node of the ranks' step and a port from the job id and the step id (or
+# one Slurm reserved for the step), under mpirun the first node of the job and a port from mpirun's namespace
+# (docs/clusters.md says which runs on one node never share a port; two that do fail in one line).
 # This step spans the allocation, so its first node is the job's.
 echo "bert-squad: job $SLURM_JOB_ID, ${SLURM_JOB_NUM_NODES:-1} node(s), $SLURM_NTASKS rank(s), nodes $SLURM_JOB_NODELIST"
 echo "bert-squad: runtime $RUNTIME${IMAGE:+ image $IMAGE}${BERT_SQUAD_EDF:+ environment $BERT_SQUAD_EDF}, launcher $LAUNCHER, cache $BERT_SQUAD_CACHE"

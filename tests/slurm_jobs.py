@@ -42,7 +42,7 @@ def assert_one_master(text, job, launcher, host, size=2):
     masters = re.findall(rf"^rank \d+/{size} .* launcher \S+ master (\S+):(\d+)$", text, re.M)
     assert len(masters) == size and len(set(masters)) == 1 and masters[0][0] == host, text[-3000:]
     if launcher == "srun":
-        assert masters[0][1] == str(job_port(job, step=0)), text[-3000:]
+        assert masters[0][1] == str(job_port(int(job), step=0)), text[-3000:]
 
 
 def job_env(scratch, **extra):

@@ -1,14 +1,17 @@
 """Rank layout from each launcher's variables; the process group's life under a real mpirun."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import textwrap
+from datetime import timedelta
 
 import pytest
 from helpers import MPIRUN, PYTHON, free_port, launcher_env
 
-from bert_squad.distributed import detect, job_port, started_by_launcher
+from bert_squad import distributed
+from bert_squad.distributed import detect, job_port, mpirun_port, rendezvous, started_by_launcher
 from bert_squad.errors import UserError
 
 
@@ -76,34 +79,57 @@ def test_two_steps_of_one_job_meet_on_different_ports():
     ports = [detect(srun_task(0, 2, SLURM_STEP_ID=str(step))).master_port for step in (0, 1)]
     batch = {"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "nid[001-002]"}
     assert ports == [job_port(4242, step=0), job_port(4242, step=1)]
-    assert detect(batch).master_port == job_port(4242) == 20000 + 4242 not in ports
+    assert detect(batch).master_port == job_port(4242) == 20000 + 8 * 4242 % 8000 not in ports
 
 
-def test_no_two_runs_of_jobs_a_thousand_ids_apart_share_a_port():
-    """The rule job_port documents, checked run by run over every job of a window of 1000 ids (a node's jobs at
-    once): its batch step, 8 srun steps and 3 mpiruns, 12000 runs in all, each on a port of its own, none an
-    ephemeral one. Beyond its slots, a job's runs share a port: steps 8 apart, mpiruns whose namespaces are 3
-    apart. The ids of jobs that collided before: job j's step 1 and job j + 7919's step 0."""
-    for first in (0, 4242, 852754433):
-        runs = [
-            (job, slot)
-            for job in range(first, first + 1000)
-            for slot in [{}, *({"step": s} for s in range(8)), *({"namespace": str(first + n)} for n in range(3))]
-        ]
-        ports = {job_port(job, **slot) for job, slot in runs}
-        assert len(ports) == len(runs) == 12000 and min(ports) >= 20000 and max(ports) < 32768
-    assert job_port(4242, step=1) != job_port(4242 + 7919, step=0)
-    assert job_port(4242, step=3) == job_port(4242, step=11) and job_port(4242, step=3) == job_port(5242, step=2)
-    assert job_port(4242, namespace="7") == job_port(4242, namespace="10")
+def test_a_jobs_runs_never_share_a_port_and_jobs_a_thousand_ids_apart_meet_apart():
+    """The rule job_port documents, run by run: one job's batch step and steps 0-7998 each on a port of its own;
+    over every job of a window of 1000 ids (a node's jobs at once), their batch steps and steps 0-6 too (8000
+    runs); none on an ephemeral port nor on an mpirun's. Beyond its 8 keys a job's steps reach its neighbours':
+    job j's step 7 is job j + 1's batch step, its step 8 job j + 1's step 0."""
+    for job in (0, 4242, 852754433):
+        ports = {job_port(job), *(job_port(job, step) for step in range(7999))}
+        assert len(ports) == 8000 and min(ports) >= 20000 and max(ports) < 28000
+        window = [(j, s) for j in range(job, job + 1000) for s in (None, *range(7))]
+        assert len({job_port(j, s) for j, s in window}) == len(window) == 8000
+    assert job_port(4242, 7999) == job_port(4242) and job_port(4242, 8000) == job_port(4242, 0)
+    assert job_port(4242, 7) == job_port(4243) and job_port(4242, 8) == job_port(4243, 0)
+
+
+def orte_namespace(host_hash, pid, job=1):
+    """An Open MPI 4 mpirun's PMIx namespace as its plm_base_jobid.c forms it: the hash of its host name XOR
+    its PID, folded to 16 bits, then the job's number in that mpirun (1 for the ranks it starts)."""
+    folded = ((host_hash ^ pid) >> 16 ^ host_hash ^ pid) & 0xFFFF
+    return str(folded << 16 | job)
+
+
+# Four mpiruns started one after another on one host (Open MPI 4.1.4): (mpirun's PID, its ranks' PMIX_NAMESPACE).
+SEEN = [(11731, "1093468161"), (11736, "1093009409"), (11741, "1092812801"), (11746, "1092354049")]
+
+
+def test_the_mpiruns_of_one_host_meet_apart():
+    """mpirun_port over namespaces as Open MPI forms them (the rule reproduces the four seen): the mpiruns of
+    one host (of one job or of several) whose PIDs lie within 4096 of each other, each on a port of its own,
+    above the jobs' steps and below the ephemeral ports; Open MPI 5's names (PRRTE's `prterun-<host>-<pid>@1`)
+    likewise. Two PIDs equal in their low 12 bits share one."""
+    assert [orte_namespace(27902, pid) for pid, _ in SEEN] == [namespace for _, namespace in SEEN]
+    assert len({mpirun_port(namespace) for _, namespace in SEEN}) == 4
+    for host_hash in (27902, 0x9E3779B9, 0xFFFFFFFF):
+        for first in (300, 32768 - 2048, 65536 * 63):
+            ports = {mpirun_port(orte_namespace(host_hash, pid)) for pid in range(first, first + 4096)}
+            assert len(ports) == 4096 and min(ports) >= 28000 and max(ports) < 32768
+    assert len({mpirun_port(f"prterun-nid-001-{pid}@1") for pid in range(40000, 44096)}) == 4096
+    assert mpirun_port(orte_namespace(27902, 300)) == mpirun_port(orte_namespace(27902, 300 + 4096))
 
 
 def test_mpiruns_ranks_agree_though_their_steps_differ():
     """As seen on the multinode test cluster: under mpirun the ranks on mpirun's node are in no step, those on
     the other nodes in its daemons' step (step 0, one task a node). Every rank takes the job's first node and
-    the port of the job with mpirun's namespace, so two mpiruns of one job meet apart; also where the
+    the port of mpirun's namespace, so two mpiruns of one job meet apart; also where the
     daemons' step has as many tasks as the world (3 nodes, 2 ranks)."""
     ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "SLURM_JOB_ID": "4242"}
-    local = {**ompi, "OMPI_COMM_WORLD_RANK": "0", "SLURM_JOB_NODELIST": "nid[001-003]", "PMIX_NAMESPACE": "2050359297"}
+    namespace, other = orte_namespace(0x9E3779B9, 5001), orte_namespace(0x9E3779B9, 5002)
+    local = {**ompi, "OMPI_COMM_WORLD_RANK": "0", "SLURM_JOB_NODELIST": "nid[001-003]", "PMIX_NAMESPACE": namespace}
     remote = {
         **local,
         "OMPI_COMM_WORLD_RANK": "1",
@@ -112,8 +138,58 @@ def test_mpiruns_ranks_agree_though_their_steps_differ():
         "SLURM_STEP_NUM_TASKS": "2",
     }
     met = {(detect(env).master_addr, detect(env).master_port) for env in (local, remote)}
-    assert met == {("nid001", job_port(4242, namespace="2050359297"))}
-    assert detect({**local, "PMIX_NAMESPACE": "2050359298"}).master_port not in {port for _, port in met}
+    assert met == {("nid001", mpirun_port(namespace))}
+    assert detect({**local, "PMIX_NAMESPACE": other}).master_port not in {port for _, port in met}
+
+
+def test_a_step_with_reserved_ports_meets_at_the_last_of_them():
+    """Where the site has Slurm reserve ports (MpiParams=ports=), every task of a step has the step's in
+    SLURM_STEP_RESV_PORTS (values as a Slurm 22.05 gave them); Cray's PMI takes the first, the ranks the last.
+    mpirun's ranks keep their namespace's port: the ports of its daemons' step are Open MPI's."""
+    for reserved, port in (("15007-15009", 15009), ("15001,15004-15005", 15005), ("15020", 15020)):
+        assert detect({**srun_task(1, 2, SLURM_STEP_ID="3"), "SLURM_STEP_RESV_PORTS": reserved}).master_port == port
+    mpirun = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": SEEN[0][1]}
+    env = {**srun_task(1, 2, SLURM_STEP_ID="0", SLURM_STEP_RESV_PORTS="15001-15003"), **mpirun}
+    assert detect(env).master_port == mpirun_port(SEEN[0][1])
+
+
+def test_every_rank_names_its_run_alike():
+    """What the rendezvous compares: the job and step under srun, the job and namespace under mpirun (whose
+    ranks are in different steps), the namespace outside Slurm; and the world size."""
+    step = {**srun_task(0, 2, SLURM_STEP_ID="3"), "SLURM_STEP_NODELIST": "nid001"}
+    assert {detect({**step, "SLURM_PROCID": str(r)}).run for r in (0, 1)} == {"job 4242 step 3 (2 ranks)"}
+    ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "1093468161"}
+    local, remote = {**ompi, "OMPI_COMM_WORLD_RANK": "0"}, {**ompi, "OMPI_COMM_WORLD_RANK": "1", "SLURM_STEP_ID": "0"}
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "nid001"}
+    assert {detect({**env, **slurm}).run for env in (local, remote)} == {"job 4242 mpirun 1093468161 (2 ranks)"}
+    assert detect(local).run == "mpirun 1093468161 (2 ranks)"
+    assert detect({"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "nid001"}).run == "a run (3 ranks)"
+
+
+def test_a_rank_that_reaches_another_runs_store_refuses_it(monkeypatch):
+    """Two steps forced onto one port: the first's rank 0 serves its store; the second's rank 1 finds it and
+    names both runs, the second's rank 0 cannot listen, each in one line; a store of no bert-squad run (no
+    name in it) is refused too, once the name's short wait is over; the first's own rank 1 joins."""
+    monkeypatch.setattr(distributed, "RUN_KEY_WAIT", timedelta(seconds=1))
+    forced = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    first, second = ({**srun_task(rank, 2, SLURM_STEP_ID=step), **forced} for rank, step in ((0, "0"), (1, "8")))
+    held = rendezvous(detect(first), timedelta(seconds=60))
+    where = f"127.0.0.1:{forced['MASTER_PORT']}"
+    with pytest.raises(UserError) as refused:
+        rendezvous(detect(second), timedelta(seconds=60))
+    assert str(refused.value).startswith(
+        f"rank 1 of job 4242 step 8 (2 ranks) met job 4242 step 0 (2 ranks) at {where}, two runs on one port: "
+    )
+    with pytest.raises(
+        UserError, match=rf"^rank 0 of job 4242 step 8 \(2 ranks\) found no rendezvous at {where}: its port"
+    ):
+        rendezvous(detect({**second, "SLURM_PROCID": "0"}), timedelta(seconds=60))
+    with pytest.raises(UserError, match="met a store that is no bert-squad run's"):
+        foreign = distributed.td.TCPStore("127.0.0.1", 0, 2, True, wait_for_workers=False)
+        rendezvous(dataclasses.replace(detect(second), master_port=foreign.port), timedelta(seconds=60))
+    own = rendezvous(detect({**first, "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}), timedelta(seconds=60))
+    own.set("rank 1", "here")
+    assert held.get("rank 1") == b"here"
 
 
 def test_a_launcher_is_seen_behind_the_job_templates_rank():
@@ -201,6 +277,14 @@ def test_explicit_env_wins_over_launcher_variables():
         ),
         ({**srun_task(0, 2), "SLURM_STEP_ID": "batch"}, "SLURM_STEP_ID=batch: not a whole number"),
         (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_RESV_PORTS": "any"},
+            "SLURM_STEP_RESV_PORTS=any: not Slurm's list of reserved ports",
+        ),
+        (
+            {**srun_task(0, 2), "SLURM_STEP_ID": "1", "SLURM_STEP_RESV_PORTS": "65530-65536"},
+            "SLURM_STEP_RESV_PORTS=65530-65536: not Slurm's list of reserved ports",
+        ),
+        (
             {
                 "SLURM_PROCID": "0",
                 "SLURM_STEP_NUM_TASKS": "2",
@@ -225,7 +309,8 @@ def test_a_launcher_variable_that_cannot_be_is_named_with_its_value(env, message
 
 def test_job_ports_differ_between_jobs():
     assert job_port(1001) != job_port(1002)
-    assert all(20000 <= job_port(j) < 32768 for j in (0, 1, 99999, 12345678, "prterun-vm-4021@1"))  # not ephemeral
+    assert all(20000 <= job_port(j) < 32768 for j in (0, 1, 99999, 12345678))  # not ephemeral
+    assert all(20000 <= mpirun_port(n) < 32768 for n in ("prterun-vm-4021@1", "4294967295", "slurm.pmix.7.0"))
 
 
 def test_two_mpiruns_outside_slurm_rendezvous_on_their_own_ports():
@@ -241,7 +326,7 @@ def test_two_mpiruns_outside_slurm_rendezvous_on_their_own_ports():
         for namespace in ("852754433", "852033537")
     ]
     ports = [detect(env).master_port for env in runs]
-    assert ports[0] != ports[1] and ports == [job_port("852754433"), job_port("852033537")]
+    assert ports[0] != ports[1] and ports == [mpirun_port("852754433"), mpirun_port("852033537")]
 
 
 @pytest.mark.mpi

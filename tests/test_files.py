@@ -1,9 +1,12 @@
 """Files on a file system that many ranks share: what one rank writes or probes must not be another's."""
 
+import io
 import os
+import re
 import shutil
 import subprocess
 import time
+import tokenize
 
 import pytest
 from helpers import PYTHON, ROOT
@@ -132,3 +135,39 @@ def test_scratch_and_what_is_written_through_it_take_the_umask_as_new_files_do(t
     assert mode["atomic"] == mode[made[0].name] == mode["plain"] == 0o640
     assert mode[made[1].name] == mode["plain-dir"] == 0o750
     assert made[0].name.startswith(".file-") and made[1].name.startswith(".dir-")
+
+
+# What says that a statement makes a file's name or path.
+FILE_NAME = re.compile(r"path|file|dir|tmp|temp|open\(|\.(log|json|txt|pid|lock)\b", re.IGNORECASE)
+
+
+def pid_file_names(source):
+    """The numbers of the lines where a statement of `source` makes a file name with os.getpid(): each
+    statement (its logical line, comments left out) that calls getpid and names a path or file."""
+    found, words, first = [], [], None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NEWLINE:
+            text = " ".join(words)
+            if "getpid" in text and FILE_NAME.search(text):
+                found.append(first)
+            words, first = [], None
+        elif token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            words.append(token.string)
+            first = first or token.start[0]
+    return found
+
+
+def test_no_file_of_the_package_is_named_by_a_pid():
+    """Where processes meet (/tmp, an output dir, the cache), a PID names no process's own file: nodes booted
+    alike, and containers with PID namespaces of their own sharing /tmp, run ranks of one PID. Those files are
+    `scratch`'s. The package calls getpid in what it prints only, never in a file name: the check finds the
+    name the NCCL debug file once had, and none in bert_squad/."""
+    once = 'def log_path():\n    return os.path.join(tempfile.gettempdir(), f"bert-squad-nccl-{os.getpid()}.log")\n'
+    assert pid_file_names(once) == [2]
+    assert pid_file_names('print(f"rank {rank} pid {os.getpid()}")  # not a file\n') == []
+    named = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "bert_squad").rglob("*.py"))
+        if (lines := pid_file_names(path.read_text()))
+    }
+    assert named == {}, f"file names made from a PID (use files.scratch): {named}"

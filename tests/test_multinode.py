@@ -173,7 +173,7 @@ def test_two_jobs_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path
         assert info["NodeList"] == "node[1-2]", info
         assert_met(text, 1, of=2)
         seen |= masters(text)
-    assert seen == {f"node1:{job_port(job, step=0)}" for job in jobs}, seen
+    assert seen == {f"node1:{job_port(int(job), step=0)}" for job in jobs}, seen
 
 
 def test_two_steps_of_one_job_on_the_same_nodes_rendezvous_apart(multinode_cluster, tmp_path):
@@ -188,7 +188,7 @@ def test_two_steps_of_one_job_on_the_same_nodes_rendezvous_apart(multinode_clust
     assert_ok(info, text)
     assert_met(text, 2, of=2)
     job = info["JobId"]
-    assert masters(text) == {f"node1:{job_port(job, step=step)}" for step in (0, 1)}, text
+    assert masters(text) == {f"node1:{job_port(int(job), step=step)}" for step in (0, 1)}, text
 
 
 @pytest.mark.slow
@@ -348,8 +348,8 @@ def test_a_step_on_the_second_node_of_two_meets_there(multinode_cluster, tiny_mo
     info, text = run_job(multinode_cluster, tmp_path, body, timeout=600, env=job_env(tmp_path, **OFFLINE))
     assert_ok(info, text)
     assert set(re.findall(r"^rank (\d)/2 .* master (\S+)$", text, re.M)) == {
-        ("0", f"node2:{job_port(info['JobId'], step=0)}"),
-        ("1", f"node2:{job_port(info['JobId'], step=0)}"),
+        ("0", f"node2:{job_port(int(info['JobId']), step=0)}"),
+        ("1", f"node2:{job_port(int(info['JobId']), step=0)}"),
     }, text[-3000:]
     assert json.loads((tmp_path / "model" / "train_metrics.json").read_text())["world_size"] == 2
 

@@ -3,6 +3,7 @@ tests/nccl_debug_lines.txt quotes each case from its source."""
 
 import os
 import re
+import tempfile
 
 import pytest
 from helpers import ROOT
@@ -66,12 +67,21 @@ def test_what_the_log_says(name, ofi, text):
 
 
 def test_the_rank_asks_for_a_debug_file_of_its_own_unless_the_user_set_nccl_debug():
-    env = {"PATH": "/bin"}
-    path = transport.ask(env)
-    assert env == {"PATH": "/bin", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path}
-    assert str(os.getpid()) in os.path.basename(path)
+    """Each ask is a new file of its own in the temporary directory (`files.scratch`'s, named by no PID: two
+    ranks of one PID, in containers of their own PID namespace, share /tmp), which its process group reports
+    on; none where the user set NCCL_DEBUG."""
+    env, other = {"PATH": "/bin"}, {}
+    path, second = transport.ask(env), transport.ask(other)
+    try:
+        assert env == {"PATH": "/bin", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path}
+        assert os.path.dirname(path) == os.path.dirname(second) == tempfile.gettempdir() and path != second
+        assert os.path.isfile(path) and str(os.getpid()) not in os.path.basename(path)
+        assert transport.asked(other) == second and transport.asked(env) is None  # the last ask is the process's
+    finally:
+        os.unlink(path)
+        os.unlink(second)
     mine = {"NCCL_DEBUG": "WARN"}
-    assert transport.ask(mine) is None and mine == {"NCCL_DEBUG": "WARN"}
+    assert transport.ask(mine) is None and mine == {"NCCL_DEBUG": "WARN"} and transport.asked(mine) is None
 
 
 @pytest.mark.parametrize(
