@@ -429,6 +429,14 @@ def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train)
     assert f"{result['steps']} steps, {result['reductions']} reductions" in r.stdout
 
 
+def test_ctrl_c_times_the_second_one_and_the_run_ends_by_it(tiny_model, sample_train):
+    r = bench("ctrl_c.py", "--model", tiny_model, "--train-file", sample_train, "--max-seq-length", "64")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["returncode"] == -2 and result["seconds"] > 0
+    assert f"second Ctrl-C to the end of the run: {result['seconds']:.3f} s (exit -2)" in r.stdout
+
+
 def test_long_context_bench_trains_full_windows_at_each_length_and_ends_in_json(tmp_path):
     """bench/long_context.py on a tiny EuroBERT (8,192 positions, the project's span head): a row per length,
     each from full windows of that length, in its own process; a length past the positions is one line."""
