@@ -79,7 +79,7 @@ def build_cache(phase: str, argv: list[str]) -> None:
     """The phase's features into the cache, from the same examples, tokenizer and windows as its run."""
     import datasets
 
-    from bert_squad import cache, config, data, evaluate, model
+    from bert_squad import cache, config, data, evaluate, model, task
     from bert_squad.features import build_features
 
     datasets.disable_progress_bars()
@@ -87,7 +87,7 @@ def build_cache(phase: str, argv: list[str]) -> None:
         job = evaluate.parse(argv[1:])
         examples, windows, model_name, cache_dir = (
             data.read_squad(job.eval_files[0]),
-            job.inference.windows,
+            task.resolve(job.inference.model_dir(), job.inference.windows, {}).windows,  # as `evaluate` resolves them
             job.inference.model.model_dir,
             job.inference.model.cache_dir,
         )

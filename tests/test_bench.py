@@ -430,7 +430,7 @@ def test_stop_checks_counts_the_looks_of_a_stopped_run(tiny_model, sample_train)
 
 
 def test_ctrl_c_times_the_second_one_and_the_run_ends_by_it(tiny_model, sample_train):
-    r = bench("ctrl_c.py", "--model", tiny_model, "--train-file", sample_train, "--max-seq-length", "64")
+    r = bench("ctrl_c.py", "--model", tiny_model, "--train-file", sample_train)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["returncode"] == -2 and result["seconds"] > 0

@@ -196,13 +196,15 @@ def test_compile_builds_one_whole_graph_a_length_bucket_and_trains_as_eager_code
     assert compiled["compile"]["graphs"] == 2 and eager["compile"] is None
     assert compiled["compile"]["graph_breaks"] == compiled["compile"]["cudagraph_skips"] == 0
     losses = {name: [log["loss"] for log in m["logs"]] for name, m in metrics.items()}
-    assert len(losses["eager"]) == 20 and losses["compiled"] == pytest.approx(losses["eager"], rel=1e-5)
+    assert len(losses["eager"]) == eager["steps"] and losses["compiled"] == pytest.approx(losses["eager"], rel=1e-5)
     from safetensors.torch import load_file
 
     a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("compiled", "eager"))
-    # Adam moves a weight by up to lr a step whatever its gradient's size: 20 steps at 5e-5, 1e-3 (a bias whose
-    # gradients are near 0 differed by 8e-5 here)
-    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)
+    # Adam moves a weight by up to about lr a step whatever its gradient's size, so the exports may differ by up to
+    # the steps times lr (18 steps at 5e-5, 9e-4) where a gradient is near 0 and its rounding decides the step's sign
+    # (the span head's bias differed by 1.1e-4 here, every encoder weight by less than 1e-5)
+    bound = eager["steps"] * eager["deepspeed_config"]["optimizer"]["params"]["lr"]
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=bound) for k in a)
 
 
 @pytest.mark.compat
