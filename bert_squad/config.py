@@ -11,6 +11,7 @@ cluster's launch and sweep) without parsing them.
 
 import argparse
 import dataclasses
+import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -452,6 +453,35 @@ Group = TypeVar("Group")
 def from_args(cls: type[Group], args: argparse.Namespace) -> Group:
     """`cls` built from the parsed namespace: its `__post_init__` checks run here, once."""
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def from_record(cls: type[Group], values: dict[str, Any], where: str) -> Group:
+    """`cls` built from what a file recorded (`where`, a group of a model's task settings), as its options would
+    have parsed it: each value of the option's type (an integer where the option takes one, null only where the
+    option's default is) and among its choices, then the group's own checks. Fields `cls` does not have are not
+    read (a newer writer's); fields missing keep their defaults (an older writer's)."""
+    kept = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in values:
+            continue
+        value, opt = values[f.name], _option(f)
+        choices = f.metadata.get("choices")
+        if value is None:
+            fits = f.default is None
+        elif opt.type is bool or isinstance(value, bool):  # JSON's true is no number, 1 no switch
+            fits = opt.type is bool and isinstance(value, bool)
+        elif opt.type is float:
+            fits = isinstance(value, (int, float))  # JSON's 1 for 1.0
+        else:
+            fits = isinstance(value, opt.type) and (not choices or value in choices)
+        if not fits:
+            takes = f"one of {', '.join(choices)}" if choices else _KINDS[opt.type]
+            raise UserError(f"{where}.{f.name} is {json.dumps(value)}, where {opt.flag} takes {takes}")
+        kept[f.name] = value
+    return cls(**kept)
 
 
 TRAINING = (

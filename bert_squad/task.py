@@ -11,12 +11,13 @@ value came from where is said in one line (`Settings.line`).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bert_squad.config import PostprocessConfig, WindowConfig
+from bert_squad.config import PostprocessConfig, WindowConfig, from_record
 from bert_squad.errors import UserError
 from bert_squad.files import PathLike, read_json, write_json_atomic
 
@@ -50,24 +51,20 @@ def recorded(model_dir: PathLike) -> Task | None:
     if not path.is_file():
         return None
     saved = read_json(path, what="a model's task settings")
+    if not isinstance(saved, dict) or not {"windows", "answers", "version_2_with_negative"} <= saved.keys():
+        raise UserError(f"{path}: not a bert-squad task file (it has windows, answers and version_2_with_negative)")
+    windows, answers, v2 = saved["windows"], saved["answers"], saved["version_2_with_negative"]
     try:
-        windows, answers, v2 = saved["windows"], saved["answers"], saved["version_2_with_negative"]
+        for name, group in ("windows", windows), ("answers", answers):
+            if not isinstance(group, dict):
+                raise UserError(f"{name} is {json.dumps(group)}, not an object")
         if not isinstance(v2, bool):
-            raise TypeError("version_2_with_negative is not true or false")
-        return Task(_group(WindowConfig, windows), _group(PostprocessConfig, answers), v2)
+            raise UserError(f"version_2_with_negative is {json.dumps(v2)}, not true or false")
+        return Task(
+            from_record(WindowConfig, windows, "windows"), from_record(PostprocessConfig, answers, "answers"), v2
+        )
     except UserError as err:
         raise UserError(f"{path}: {err}") from None
-    except (KeyError, TypeError) as err:
-        raise UserError(f"{path}: not a bert-squad task file ({err})") from None
-
-
-def _group(cls: type, values: Any) -> Any:
-    """`cls` from a recorded group: its own checks run; fields it does not know are not read (a newer writer's),
-    fields missing keep their defaults (an older writer's)."""
-    if not isinstance(values, dict):
-        raise TypeError(f"{cls.__name__} is not an object")
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ import pytest
 from helpers import run_bert_squad, train_args, window_args
 from test_evaluate import without_answers
 
+from bert_squad import task
+from bert_squad.config import PostprocessConfig, WindowConfig
+from bert_squad.errors import UserError
 from bert_squad.task import TASK_FILE
 
 pytestmark = pytest.mark.slow
@@ -103,7 +106,10 @@ def test_a_model_without_the_file_gets_the_defaults_and_says_so(trained, sample_
     "content, reason",
     [
         ("{", "malformed JSON at line 1 column 2: Expecting property name enclosed in double quotes"),
-        ('{"windows": {}, "answers": {}}', "not a bert-squad task file ('version_2_with_negative')"),
+        (
+            '{"windows": {}, "answers": {}}',
+            "not a bert-squad task file (it has windows, answers and version_2_with_negative)",
+        ),
         (
             '{"windows": {"max_seq_length": 0}, "answers": {}, "version_2_with_negative": false}',
             "--max-seq-length must be positive, not 0",
@@ -119,3 +125,42 @@ def test_a_damaged_task_file_is_one_line_naming_it(trained, sample_dev, tmp_path
         f"bert-squad evaluate: error: {broken / TASK_FILE}: {reason}"
     ]
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (
+            '{"windows": {"max_seq_length": "256"}, "answers": {}, "version_2_with_negative": false}',
+            'windows.max_seq_length is "256", where --max-seq-length takes an integer',
+        ),
+        (
+            '{"windows": {}, "answers": {"null_score_diff_threshold": null}, "version_2_with_negative": false}',
+            "answers.null_score_diff_threshold is null, where --null-score-diff-threshold takes a number",
+        ),
+        (
+            '{"windows": {}, "answers": {"lang": "xx"}, "version_2_with_negative": false}',
+            'answers.lang is "xx", where --lang takes one of ar, de, en, es, hi, vi, zh',
+        ),
+        ('{"windows": [], "answers": {}, "version_2_with_negative": false}', "windows is [], not an object"),
+    ],
+)
+def test_a_recorded_value_is_read_as_its_option_parses_it(tmp_path, content, reason):
+    """A value the option's parser would not give (a string for a number, null, a language it lacks) is one line
+    naming the field, not a traceback or a silent fallback."""
+    (tmp_path / TASK_FILE).write_text(content)
+    with pytest.raises(UserError) as err:
+        task.recorded(tmp_path)
+    assert str(err.value) == f"{tmp_path / TASK_FILE}: {reason}"
+
+
+def test_a_recorded_value_of_an_older_or_newer_writer(tmp_path):
+    """Fields a newer writer added are not read; missing ones keep the option's default; JSON's 1 is a number."""
+    (tmp_path / TASK_FILE).write_text(
+        '{"windows": {"max_seq_length": 256, "later": 1}, "answers": {"null_score_diff_threshold": 1},'
+        ' "version_2_with_negative": true, "later": {}}'
+    )
+    trained = task.recorded(tmp_path)
+    assert trained == task.Task(
+        WindowConfig(max_seq_length=256), PostprocessConfig(null_score_diff_threshold=1.0), True
+    )
