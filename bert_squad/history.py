@@ -81,6 +81,9 @@ class History:
         saved = cls.load(checkpoint_dir)
         if not (saved.parts and metrics_file.is_file()):
             return saved
-        finished = cls.of(json.loads(metrics_file.read_text()))
+        try:
+            finished = cls.of(json.loads(metrics_file.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return saved  # a metrics file damaged or edited since: the checkpoint's own history is whole to its step
         same_run = finished.logs == saved.logs and len(finished.parts) == len(saved.parts)
         return finished if same_run and finished.parts[-1].last_step == saved.parts[-1].last_step else saved
