@@ -257,11 +257,12 @@ class Loaded(NamedTuple):
 FileWork = Callable[[Loaded], Any]  # what runs on every rank for each file
 
 
-def on_every_rank(job: Inference, windows: WindowConfig, files: Sequence[Examples], work: FileWork) -> list[Any]:
-    """Load the model, then on every rank the launcher started build the features of each file's examples in
-    `windows` and run `task`: the results, in file order."""
+def on_every_rank(
+    job: Inference, model_dir: Path, windows: WindowConfig, files: Sequence[Examples], work: FileWork
+) -> list[Any]:
+    """Load the model in `model_dir` (`Inference.model_dir`), then on every rank the launcher started build the
+    features of each file's examples in `windows` and run `work`: the results, in file order."""
     cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
-    model_dir = job.model_dir()
     tokenizer = model.load_tokenizer(model_dir)
     for examples in files:
         check_tokenizer(tokenizer, examples.records[0], windows)
@@ -316,7 +317,7 @@ def run(asked: Evaluation) -> int:
         result = file.answers(chosen.postprocess)
         return score_predictions(result, file.examples, chosen.postprocess.lang, output_dir=out)
 
-    results = on_every_rank(job, settings[0].windows, files, score_file)
+    results = on_every_rank(job, model_dir, settings[0].windows, files, score_file)
     if results[0] is None:  # not rank 0
         return 0
     if len(files) > 1:

@@ -65,8 +65,6 @@ def training_curves(history: History, path: Path) -> None:
             ranks = f"{part.world_size} rank{'s' if part.world_size > 1 else ''}"
             where = {"xycoords": ("data", "axes fraction"), "xytext": (3, -3), "textcoords": "offset points"}
             loss_ax.annotate(f"part {n}: {ranks}", (part.first_step, 1), va="top", fontsize=8, **where)
-    loss_ax.set_title(
-        "training loss and dev F1" + (f", in {len(history.parts)} parts" if len(history.parts) > 1 else "")
-    )
+    loss_ax.set_title("training loss and dev F1" + (f", in {parts} parts" if parts > 1 else ""))
     fig.tight_layout()
     _save(fig, path)

@@ -48,7 +48,8 @@ def run(asked: Prediction) -> int:
     the model's (`task.resolve`)."""
     job, path, postprocess = asked
     examples = read_squad(path, labelled=False)
-    settings = task.resolve(job.model_dir(), job.windows, postprocess)
+    model_dir = job.model_dir()
+    settings = task.resolve(model_dir, job.windows, postprocess)
     # "No answer" competes where the model was trained for it, else where the file is v2.0.
     version_2 = settings.trained.version_2_with_negative if settings.trained else examples.version_2
     asked_examples = dataclasses.replace(examples, version_2=version_2)
@@ -61,5 +62,5 @@ def run(asked: Prediction) -> int:
             write_predictions(job.output_dir, result)
             print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")
 
-    on_every_rank(job, settings.windows, [examples], answer_file)
+    on_every_rank(job, model_dir, settings.windows, [examples], answer_file)
     return 0

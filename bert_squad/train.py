@@ -470,14 +470,12 @@ def finish(run: Run) -> None:
             )
     draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
     write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, run_rates, digests))
-    wall = f"{run.history.wall_time_s:.0f}s" + (
-        f" in {len(run.history.parts)} parts" if len(run.history.parts) > 1 else ""
-    )
+    took = run.history.took()
     report.log(
         dist,
-        f"saved model and tokenizer to {out} ({wall})"
+        f"saved model and tokenizer to {out} ({took})"
         if exporting
-        else f"saved the metrics to {out}, no model (--no-export) ({wall})",
+        else f"saved the metrics to {out}, no model (--no-export) ({took})",
     )
 
 
