@@ -265,17 +265,31 @@ def put_in_hub_cache(hub_cache, repo_id, model_dir, revision="0" * 40):
 
 
 def free_port():
-    """A port nothing listens on now, for mpirun's rendezvous and a test Slurm's daemons: from 10000-19999, below
-    the jobs' own ports (distributed.job_port) and the kernel's ephemeral range, where any outgoing connection
-    (a rank's own to the rendezvous included) could take it before it is listened on."""
+    """A port nothing listens on now, for a run's rendezvous and a test Slurm's daemons: from the session's own
+    block (PORTS_VAR, which tests/run.sh sets from tests/lines.py, so that no two sessions side by side take one
+    port between its check here and its listening there), else from 10000-19999: below the jobs' own ports
+    (distributed.job_port) and the kernel's ephemeral range, where any outgoing connection (a rank's own to the
+    rendezvous included) could take it before it is listened on."""
+    low, high = map(int, os.environ.get(PORTS_VAR, "10000-19999").split("-"))
     while True:
-        port = random.SystemRandom().randrange(10000, 20000)  # not the seeded global one: runs in-process seed it
+        port = random.SystemRandom().randrange(low, high + 1)  # not the seeded global one: runs in-process seed it
         with socket.socket() as s:
             try:
                 s.bind(("", port))
             except OSError:
                 continue
             return port
+
+
+PORTS_VAR = "BERT_SQUAD_TEST_PORTS"
+
+
+def holders(port: int) -> str:
+    """Every socket of this host on `port`, with its process (`ss`): what a rendezvous that did not meet found
+    there."""
+    filt = f"sport = :{port} or dport = :{port}"
+    r = subprocess.run(["ss", "-tanp", filt], capture_output=True, text=True, timeout=30)
+    return r.stdout + r.stderr
 
 
 def window_args(seq=128, stride=32, query=24):
@@ -320,20 +334,41 @@ def rank_env(rank, ranks, port):
 @contextlib.contextmanager
 def ranks_by_hand(cmd, folder, ranks=2, env_of=rank_env):
     """`ranks` processes of `cmd` started by hand as a launcher would start them, each told its rank and where
-    they meet (`env_of(rank, ranks, a free port)`), its output in `folder`/rankN; all killed on the way out."""
+    they meet (`env_of(rank, ranks, a free port)`), its output in `folder`/rankN; all killed on the way out.
+    Each carries the port as `.port`."""
     port = free_port()
     with contextlib.ExitStack() as stack:
-        yield [
+        started = [
             stack.enter_context(Started(cmd, Path(folder) / f"rank{rank}", env=env_of(rank, ranks, port)))
             for rank in range(ranks)
         ]
+        for rank in started:
+            rank.port = port
+        yield started
+
+
+def wait_ranks(started, timeout):
+    """Every rank's exit code, once all have ended; fails after `timeout` seconds with every rank's output and
+    the sockets on their port (`holders`): a rank that waits on the others says little of why alone."""
+    deadline = time.monotonic() + timeout
+    while any(rank.proc.poll() is None for rank in started):
+        if time.monotonic() > deadline:
+            seen = "\n".join(
+                f"=== rank {i}: {'running' if r.proc.poll() is None else f'exit {r.proc.returncode}'}: {r.seen()}"
+                for i, r in enumerate(started)
+            )
+            raise AssertionError(
+                f"ranks still running after {timeout}s\n{seen}\n=== port {started[0].port}:\n{holders(started[0].port)}"
+            )
+        time.sleep(0.5)
+    return [rank.proc.returncode for rank in started]
 
 
 def run_ranks_by_hand(*args, folder, ranks=2, timeout=600):
-    """`python -m bert_squad *args` on `ranks` ranks started by hand (`ranks_by_hand`), run to their end: the
-    first non-zero exit code of the ranks (else 0), rank 0's stdout, and every rank's stderr."""
+    """`python -m bert_squad *args` on `ranks` ranks started by hand (`ranks_by_hand`), run to their end
+    (`wait_ranks`): the first non-zero exit code of the ranks (else 0), rank 0's stdout, and every rank's stderr."""
     with ranks_by_hand([PYTHON, "-m", "bert_squad", *args], folder, ranks) as started:
-        codes = [rank.wait(timeout) for rank in started]
+        codes = wait_ranks(started, timeout)
         stderr = "".join(rank.stderr for rank in started)
         return subprocess.CompletedProcess(started[0].cmd, next(filter(None, codes), 0), started[0].stdout, stderr)
 

@@ -6,7 +6,8 @@ runs where its other markers put it. Every marker setup.cfg declares is a sessio
 marker is placed on purpose: tests/test_lines.py checks that, and that the sessions together collect every
 test of the suite once. tests/run.sh groups the sessions into lines that run side by side.
 
-    python tests/lines.py SESSION    the session's pytest arguments, one a line (what tests/run.sh runs)
+    python tests/lines.py SESSION            the session's pytest arguments, one a line (what tests/run.sh runs)
+    python tests/lines.py --ports SESSION    the session's block of ports, LOW-HIGH (helpers.free_port's)
 """
 
 import configparser
@@ -62,6 +63,21 @@ def expression(session: str) -> str:
     return f"({own}) and not ({earlier})" if earlier else f"({own})"
 
 
+# The ports the tests listen on (helpers.free_port): 10000-19999, below the jobs' rendezvous ports and the
+# ephemeral ones, in a block for each session. Sessions run side by side, and one could otherwise take a port
+# that another has just found free and not yet listened on.
+PORTS_LOW, PORTS_HIGH = 10000, 19999
+
+
+def ports(session: str) -> str:
+    """`session`'s block of ports, as LOW-HIGH: an equal share of PORTS_LOW-PORTS_HIGH, by its place in SESSIONS
+    (`rest` last)."""
+    names = [*SESSIONS, REST]
+    width = (PORTS_HIGH + 1 - PORTS_LOW) // len(names)
+    low = PORTS_LOW + width * names.index(session)
+    return f"{low}-{low + width - 1}"
+
+
 def arguments(session: str) -> list:
     """The pytest arguments of `session`: its expression; `compat` its own (see SESSIONS) and its files."""
     if session == "compat":
@@ -70,6 +86,9 @@ def arguments(session: str) -> list:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in [*SESSIONS, REST]:
-        sys.exit(f"usage: python tests/lines.py {{{','.join([*SESSIONS, REST])}}}")
-    print("\n".join(arguments(sys.argv[1])))
+    asked = sys.argv[1:]
+    if asked[:1] == ["--ports"]:
+        asked = asked[1:]
+    if len(asked) != 1 or asked[0] not in [*SESSIONS, REST]:
+        sys.exit(f"usage: python tests/lines.py [--ports] {{{','.join([*SESSIONS, REST])}}}")
+    print(ports(asked[0]) if "--ports" in sys.argv else "\n".join(arguments(asked[0])))

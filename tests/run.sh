@@ -35,6 +35,10 @@ session_args() {
     text=$("$PY" tests/lines.py "$1")
     mapfile -t ARGS <<< "$text"
 }
+# The ports the session's tests listen on, a block of its own (tests/lines.py): sessions run side by side.
+session_ports() {
+    "$PY" tests/lines.py --ports "$1"
+}
 
 # Seconds, so it runs first: a lint failure ends the run before half an hour of tests.
 lint() {
@@ -51,7 +55,7 @@ fast() {
 compat() {
     local ARGS
     session_args compat
-    .venv-compat/bin/python -m pytest -q -ra "${ARGS[@]}"
+    BERT_SQUAD_TEST_PORTS=$(session_ports compat) .venv-compat/bin/python -m pytest -q -ra "${ARGS[@]}"
 }
 
 # A session of the main venv by its name in tests/lines.py: quiet, the ten slowest tests, the reasons of what did
@@ -62,7 +66,8 @@ session() {
     session_args "$name"
     [[ $name == rest ]] || cache=(-p no:cacheprovider)
     [[ $name != demo ]] || threads=2
-    OMP_NUM_THREADS=$threads "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${ARGS[@]}"
+    BERT_SQUAD_TEST_PORTS=$(session_ports "$name") OMP_NUM_THREADS=$threads \
+        "$PY" -m pytest -q -ra --durations=10 "${cache[@]}" "${ARGS[@]}"
 }
 
 # Two sessions one after the other, both always run: the training-heavy files then the benchmarks' own (the two

@@ -1,6 +1,7 @@
 """The test clusters' own lifecycle (tests/slurm_cluster.py): a cluster that fails half-way leaves no
 daemon, job, namespace, link, munge socket or /etc/hosts line behind; the processes of a session that
-died are cleared by the next one; a lock whose holder died is taken, one held by a live process waited for."""
+died are cleared by the next one; a lock whose holder died is taken, one held by a live process waited for.
+Ranks started by hand that do not end are reported each with its output and what holds their port."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import slurm_cluster as sc
-from helpers import Started
+from helpers import PYTHON, Started, ranks_by_hand, wait_ranks
 
 
 def _fails_to_start(start):
@@ -159,3 +160,24 @@ def test_every_subprocess_a_test_runs_has_a_deadline():
             ):
                 missing.append(f"{path.name}:{node.lineno} {name}")
     assert not missing, missing
+
+
+def test_ranks_that_do_not_end_are_reported_each_with_their_port(tmp_path):
+    """Rank 0 listens on the port and never ends, rank 1 ends: the report names each rank's state and output,
+    and shows rank 0's socket listening on the port, with its process."""
+    script = (
+        "import os, socket, sys, time\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    s = socket.socket(); s.bind(('127.0.0.1', int(os.environ['MASTER_PORT']))); s.listen()\n"
+        "    print('rank 0 listening', flush=True); time.sleep(600)\n"
+        "print('rank 1 done', file=sys.stderr)\n"
+    )
+    with ranks_by_hand([PYTHON, "-c", script], tmp_path) as (first, second):
+        first.wait_for("rank 0 listening", timeout=60)
+        with pytest.raises(AssertionError) as hung:
+            wait_ranks([first, second], timeout=5)
+        report = str(hung.value)
+    assert "=== rank 0: running" in report and "rank 0 listening" in report, report
+    assert "=== rank 1: exit 0" in report and "rank 1 done" in report, report
+    listening = [line for line in report.splitlines() if line.startswith("LISTEN")]
+    assert len(listening) == 1 and f"127.0.0.1:{first.port}" in listening[0] and "python" in listening[0], report

@@ -7,7 +7,7 @@ import sys
 
 import lines
 import pytest
-from helpers import run_in_checkout
+from helpers import PORTS_VAR, free_port, run_in_checkout
 
 
 def test_every_declared_marker_is_a_sessions_or_says_what_a_test_is():
@@ -69,3 +69,19 @@ def test_the_sessions_collect_every_test_once(tmp_path):
     assert ids["compat"] == ids["transformers4"] | ids["marked_compat"], sorted(
         (ids["transformers4"] | ids["marked_compat"]) ^ ids["compat"]
     )[:20]
+
+
+def test_each_session_takes_ports_from_a_block_of_its_own(monkeypatch):
+    """The sessions' blocks (what tests/run.sh gives each, through `python tests/lines.py --ports`) meet
+    nowhere and lie in 10000-19999, below the jobs' rendezvous ports; free_port draws only from its block."""
+    names = [*lines.SESSIONS, lines.REST]
+    printed = {
+        name: run_in_checkout(sys.executable, "tests/lines.py", "--ports", name, timeout=60).stdout.strip()
+        for name in names
+    }
+    assert printed == {name: lines.ports(name) for name in names}
+    blocks = [range(int(low), int(high) + 1) for low, high in (block.split("-") for block in printed.values())]
+    assert all(len(block) > 1000 for block in blocks) and min(blocks[0]) >= 10000 and max(blocks[-1]) < 20000
+    assert sum(map(len, blocks)) == len(set().union(*blocks)), printed  # no port in two blocks
+    monkeypatch.setenv(PORTS_VAR, printed["training"])
+    assert {free_port() for _ in range(50)} <= set(blocks[names.index("training")])

@@ -18,6 +18,7 @@ from helpers import (
     ranks_by_hand,
     run_bert_squad,
     train_args,
+    wait_ranks,
 )
 from safetensors.torch import load_file
 
@@ -171,7 +172,7 @@ def test_a_signal_to_one_rank_stops_both_at_one_step_without_a_collective_per_st
     tap = [PYTHON, ROOT / "tests" / "reduce_tap.py", calls, "--signal-at-step", 12]
     cmd = [*tap, *_args(tiny_model, sample_train, out, "--max-steps", 100000, "--log-every", 100000)]
     with ranks_by_hand(cmd, tmp_path) as (first, second):
-        assert [first.wait(timeout=600), second.wait(timeout=600)] == [EXIT_STOPPED] * 2, (first.seen(), second.seen())
+        assert wait_ranks([first, second], 600) == [EXIT_STOPPED] * 2, (first.seen(), second.seen())
         assert "stop requested (signal SIGUSR1)" in first.stdout
     step = int(re.search(r"checkpoint at step (\d+) saved", first.stdout).group(1))
     assert complete_tags(checkpoint_root(out)) == [f"step{step:08d}"] and step > 12
