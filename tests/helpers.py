@@ -285,11 +285,12 @@ PORTS_VAR = "BERT_SQUAD_TEST_PORTS"
 
 
 def holders(port: int) -> str:
-    """Every socket of this host on `port`, with its process (`ss`): what a rendezvous that did not meet found
-    there."""
+    """Every socket of this host on `port`, with its process (`ss`), and the kernel's range of ephemeral ports:
+    what a rendezvous that did not meet found there."""
     filt = f"sport = :{port} or dport = :{port}"
     r = subprocess.run(["ss", "-tanp", filt], capture_output=True, text=True, timeout=30)
-    return r.stdout + r.stderr
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return f"ephemeral ports: {'-'.join(ephemeral)}\n{r.stdout}{r.stderr}"
 
 
 def window_args(seq=128, stride=32, query=24):
