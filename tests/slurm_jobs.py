@@ -17,7 +17,9 @@ from bert_squad.checkpoint import checkpoint_root
 from bert_squad.distributed import job_port
 
 GENERIC = ROOT / "slurm" / "generic.sbatch"
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
+# A job that is queued or runs, as `scontrol` shows it: a flag in place of the base state where one is set, such
+# as SIGNALING for a running job while its --signal is being sent (Slurm's job_state_codes page).
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "SIGNALING")
 # The two launchers of the job script; the mpirun case needs Open MPI (the `mpi` tier).
 LAUNCHERS = pytest.mark.parametrize("launcher", [pytest.param("mpirun", marks=pytest.mark.mpi), "srun"])
 # Printed once every rank's stop handler is installed, before the first step.

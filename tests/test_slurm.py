@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, window_args
 from slurm_jobs import (
+    ACTIVE,
     GENERIC,
     LAUNCHERS,
     TRAINING,
@@ -233,7 +234,7 @@ def test_checkpointed_stop_requeues_the_job(slurm_cluster, tiny_model, sample_tr
         assert f"requeueing job {job}" in log.read_text()
         # Back in the queue under the same id (so the same default --output-dir and --resume auto); that
         # it resumes and finishes is test_time_limit_checkpoints_and_the_requeued_job_finishes.
-        assert slurm_cluster.job(job)["JobState"] in ("PENDING", "REQUEUED", "RUNNING")
+        assert slurm_cluster.job(job)["JobState"] in (*ACTIVE, "REQUEUED")
     finally:
         slurm_cluster.run("scancel", job)
 
