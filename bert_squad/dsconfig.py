@@ -289,7 +289,13 @@ def _refusal(path: PathLike, key: Optional[str], err: Exception) -> str:
         loc = [str(part) for part in first["loc"]]
         if key is not None and loc[:1] != [key]:
             loc.insert(0, key)
-        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].lower()
+        if first["type"] == "extra_forbidden":
+            what = "unknown key"
+        elif first["type"] == "enum":  # DeepSpeed's enums alias a member (stage 3 as MAX_STAGE): each value once
+            values = dict.fromkeys(first["ctx"]["expected"].replace(" or ", ", ").split(", "))
+            what = f"must be one of {', '.join(values)}, not {first['input']!r}"
+        else:
+            what = first["msg"].lower()
         return f"{path}: {'.'.join(loc)}: {what}"
     return f"{path}: {key or 'the config'}: DeepSpeed refuses it: {first_line(err)}"
 

@@ -128,7 +128,7 @@ def test_each_shipped_config_takes_its_path(name, precision, stage, loop_clip):
     [
         ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu must be a positive integer, not 0$"),
         ({"gradient_accumulation_steps": "2"}, "gradient_accumulation_steps must be a positive integer, not '2'$"),
-        ({"zero_optimization": {"stage": 7}}, "zero_optimization.stage: input should be 0, 1, 2"),
+        ({"zero_optimization": {"stage": 7}}, "zero_optimization.stage: must be one of 0, 1, 2, 3, not 7"),
         (
             {"optimizer": {"type": "AdamW", "params": {"lr": -1}}},
             "optimizer.params.lr must be a positive number, not -1$",
