@@ -58,6 +58,7 @@ def training_curves(history: History, path: Path) -> None:
         f1_ax = loss_ax.twinx()
         f1_ax.plot([e["step"] for e in scored], [e["f1"] for e in scored], "o-", color="tab:orange")
         f1_ax.set_ylabel("dev F1", color="tab:orange")
+        f1_ax.set_ylim(-2, 102)  # F1's whole scale: one evaluation alone would otherwise span 95 to 105
     parts = len(history.parts)
     if parts > 1:
         for n, part in enumerate(history.parts, 1):
