@@ -195,4 +195,4 @@ class InferenceProgress:
         self.bar.update(self.task, completed=self.done)
         tenth = self.done * self.TENTHS // self.total
         if self.lines and tenth > (self.done - 1) * self.TENTHS // self.total:
-            print(f"predict: {self.done}/{self.total} batches ({tenth * 10}%)", file=sys.stderr, flush=True)
+            print(f"predict: {self.done}/{self.total} batches ({self.done * 100 // self.total}%)", file=sys.stderr, flush=True)

@@ -2,10 +2,16 @@
 training evaluates (mid-run and at the end) under every shipped config that runs on CPU."""
 
 import json
+import os
+import pty
+import re
+import subprocess
+import threading
 
 import pytest
 from helpers import (
     MPIRUN,
+    PYTHON,
     ROOT,
     V2_BEST_KEYS,
     V2_KEYS,
@@ -177,3 +183,62 @@ def test_predict_offers_no_scoring_language_and_evaluate_does():
         predict.parse([*common, "--input", "f.json"])
     _, _, (postprocess,) = evaluate.parse([*common, "--eval-file", "f.json"])
     assert postprocess == {"lang": "de"}
+
+
+def _on_a_terminal(args, timeout=600):
+    """`python -m bert_squad *args` with stderr on a pseudo-terminal, as at a person's shell (TERM set): the
+    completed process (stdout) and what the terminal was sent. A thread drains the terminal as it is written, so
+    the command never blocks on a full one."""
+    main, sub = pty.openpty()
+    shown = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: the command's side is closed
+                return
+            if not chunk:
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100"}
+        r = subprocess.run(
+            [PYTHON, "-m", "bert_squad", *map(str, args)],
+            stdout=subprocess.PIPE, stderr=sub, stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+            timeout=timeout,
+        )  # fmt: skip
+    finally:
+        os.close(sub)
+        reader.join(60)
+        os.close(main)
+    return r, shown.decode(errors="replace")
+
+
+def test_evaluate_shows_its_progress_as_lines_in_a_log_and_as_a_bar_on_a_terminal(tiny_model, sample_dev, tmp_path):
+    """In a log (stderr a file), a line as each tenth of the forward passes is passed, its count and percentage
+    its own; on a terminal, rich's bar to the last batch and none of those lines. Both after the plan line."""
+
+    def args(out):
+        return inference_args("evaluate", tiny_model, sample_dev, out, cache=tmp_path / "cache", windows=WINDOWS)
+
+    r = run_bert_squad(*args(tmp_path / "log"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("predict: ")]
+    done = [tuple(map(int, re.fullmatch(r"predict: (\d+)/(\d+) batches \((\d+)%\)", line).groups())) for line in lines]
+    total = done[0][1]
+    assert total > 10 and len(done) == 10, lines  # WINDOWS: more batches than tenths, so one line a tenth
+    assert [n * 10 // total for n, _, _ in done] == list(range(1, 11)), lines  # each the first batch past a tenth
+    assert all(pct == n * 100 // t for n, t, pct in done) and done[-1][:2] == (total, total), lines
+    plan = next(i for i, line in enumerate(r.stderr.splitlines()) if "questions" in line and "windows 96/32" in line)
+    assert plan < r.stderr.splitlines().index(lines[0])
+
+    r, shown = _on_a_terminal(args(tmp_path / "tty"))
+    assert r.returncode == 0, shown[-3000:]
+    assert "predict: " not in shown and "batches (" not in shown, shown[-3000:]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # the terminal's colours and cursor moves left out
+    assert re.search(rf"predict ━+ +{total}/{total}\b", plain) and f" 0/{total}" in plain, shown[-3000:]
+    assert json.loads(r.stdout.splitlines()[-1]).keys() == {"exact_match", "f1"}
