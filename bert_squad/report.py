@@ -195,4 +195,5 @@ class InferenceProgress:
         self.bar.update(self.task, completed=self.done)
         tenth = self.done * self.TENTHS // self.total
         if self.lines and tenth > (self.done - 1) * self.TENTHS // self.total:
-            print(f"predict: {self.done}/{self.total} batches ({self.done * 100 // self.total}%)", file=sys.stderr, flush=True)
+            share = self.done * 100 // self.total
+            print(f"predict: {self.done}/{self.total} batches ({share}%)", file=sys.stderr, flush=True)
