@@ -227,14 +227,15 @@ def test_evaluate_shows_its_progress_as_lines_in_a_log_and_as_a_bar_on_a_termina
 
     r = run_bert_squad(*args(tmp_path / "log"))
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = [line for line in r.stderr.splitlines() if line.startswith("predict: ")]
+    said = r.stderr.splitlines()
+    lines = [line for line in said if line.startswith("predict: ")]
     done = [tuple(map(int, re.fullmatch(r"predict: (\d+)/(\d+) batches \((\d+)%\)", line).groups())) for line in lines]
     total = done[0][1]
     assert total > 10 and len(done) == 10, lines  # WINDOWS: more batches than tenths, so one line a tenth
     assert [n * 10 // total for n, _, _ in done] == list(range(1, 11)), lines  # each the first batch past a tenth
     assert all(pct == n * 100 // t for n, t, pct in done) and done[-1][:2] == (total, total), lines
-    plan = next(i for i, line in enumerate(r.stderr.splitlines()) if "questions" in line and "windows 96/32" in line)
-    assert plan < r.stderr.splitlines().index(lines[0])
+    plan = next(i for i, line in enumerate(said) if "questions" in line and "windows 96/32" in line)
+    assert plan < said.index(lines[0])
 
     r, shown = _on_a_terminal(args(tmp_path / "tty"))
     assert r.returncode == 0, shown[-3000:]
