@@ -5,16 +5,19 @@ and finished by the rules this module owns.
 and learning rate. Every value the run acts on (precision, ZeRO stage and offload, optimizer, scheduler, clipping,
 monitors) is DeepSpeed's own reading of the file (`Reading`: its `DeepSpeedConfig` and section models), so the
 run and the engine cannot disagree. What this module adds is what DeepSpeed would trip on late, on every rank, or
-read otherwise than the file says: a value JSON and DeepSpeed read differently, or one DeepSpeed takes unchecked
-(`AS_GIVEN`); the optimizer, scheduler, NVMe offload and monitors the engine would build, built or checked first
-for the run's device; the batch rule across world sizes (`Batch`) and the loop's clipping (`Reading.loop_clip`).
-A plan made without the job's device (`device=None`) lists what only that device can tell (`Settings.needs`).
+read otherwise than the file says: a value JSON and DeepSpeed read differently (a string where DeepSpeed's default
+is a switch or a number, `_check_read_raw`), a value that must be more than its kind (`AS_GIVEN`), NVMe offload
+and monitors checked before the engine would miss them; the batch rule across world sizes (`Batch`) and the loop's
+clipping (`Reading.loop_clip`). The optimizer and scheduler are DeepSpeed's to build: the run's engine builds
+them (engine.py), before the run writes anything. A plan made without the job's device (`device=None`) lists what
+only that device can tell (`Settings.needs`).
 
 `Settings.finish` fills the schedule's "auto" values from the run's length and lr and returns the run's
-`DeepSpeedConfig`, written beside its metrics: the user's config with the batch and schedule the run decided, so
-that given back as --deepspeed-config it trains the same run. What the engine is told for this run alone
-(`for_engine`: its clipping off where the loop clips, where monitors write, a universal checkpoint to load, which
-is resume.py's decision and never the file's) is not in it.
+`DeepSpeedConfig`, written beside its metrics: the user's config with the batch the run decided and "auto" where
+the options decide, so that given back as --deepspeed-config it trains the same run, and follows the options
+given with it. What the engine is told for this run alone (`for_engine`: its clipping off where the loop clips,
+where monitors write, a universal checkpoint to load, which is resume.py's decision and never the file's) is not
+in it.
 """
 
 import contextlib
@@ -24,7 +27,6 @@ import functools
 import importlib.util
 import io
 import json
-import logging
 import math
 import re
 from collections.abc import KeysView, Mapping
@@ -33,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from bert_squad.config import DEFAULT_WARMUP_RATIO
 from bert_squad.errors import UserError, first_line
 from bert_squad.files import PathLike, probe_write, read_json
 
@@ -50,10 +53,10 @@ SECTIONS = ("fp16", "bf16", "torch_autocast", "zero_optimization", "optimizer", 
 MODELS = {"fp16": "float16_config", "bf16": "bfloat16_config", "bfloat16": "bfloat16_config"}
 MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in (*FILE_MONITORS, "wandb", "comet")})
 
-# Values the run acts on that DeepSpeed takes as JSON gives them, unchecked (no model of its reads them): each must
-# be of its kind, or the engine would act on a string ("no" is true) or divide by a zero.
-SWITCH, OPTIONAL_SWITCH, COUNT, RATE = "true or false", "true, false or null", "a positive integer", "a positive number"
-NORM = "a norm of 0 or more (0: no clipping)"
+# Values DeepSpeed reads raw (no model of its checks them) are of the kind its default is (`_check_read_raw`). These
+# must be more than that, or the engine would divide by a zero, train unclipped, or act on a string ("no" is true).
+COUNT, RATE, NORM = "a positive integer", "a positive number", "a norm of 0 or more (0: no clipping)"
+OPTIONAL_SWITCH = "true, false or null"
 
 
 def _number(v: Any) -> bool:
@@ -61,7 +64,6 @@ def _number(v: Any) -> bool:
 
 
 IS_KIND: dict[str, Callable[[Any], bool]] = {
-    SWITCH: lambda v: isinstance(v, bool),
     OPTIONAL_SWITCH: lambda v: v is None or isinstance(v, bool),
     COUNT: lambda v: _number(v) and isinstance(v, int) and v > 0,
     RATE: lambda v: _number(v) and v > 0,
@@ -76,36 +78,42 @@ AS_GIVEN = {
     **dict.fromkeys(BATCH_KEYS, COUNT),
     "steps_per_print": COUNT,
     "gradient_clipping": NORM,
-    "wall_clock_breakdown": SWITCH,
-    "torch_autocast.enabled": SWITCH,
     "optimizer.params.lr": RATE,  # DeepSpeed's fused Adam would take a negative one
     **{f"optimizer.params.{key}": OPTIONAL_SWITCH for key in OPTIMIZER_SWITCHES},
 }
-# Stand-ins for a scheduler's "auto" values while it is built before the run's length is known (others: 1).
-AUTO_STAND_INS = {"total_num_steps": 10, "warmup_num_steps": 1}
+READ_BY_NAME = object()  # a key DeepSpeed looked up without a default (`cfg[key]`, `key in cfg`)
 
 
 class _Recording(dict):
-    """A config dict that notes every top-level key looked up in it."""
+    """A config dict that notes every key looked up in it (dotted, within sections), with the default the lookup
+    gave (`READ_BY_NAME` where it gave none): what DeepSpeed's config reads, and how."""
 
-    def __init__(self, items: Mapping[str, Any], seen: set[str]) -> None:
+    def __init__(self, items: Mapping[str, Any], seen: dict[str, Any], prefix: str = "") -> None:
         super().__init__(items)
-        self.seen = seen
+        self.seen, self.prefix = seen, prefix
 
     def __copy__(self) -> "_Recording":
-        return _Recording(self, self.seen)
+        return _Recording(self, self.seen, self.prefix)
+
+    def _note(self, key: object, default: Any = READ_BY_NAME) -> None:
+        name = f"{self.prefix}{key}"
+        if self.seen.get(name, READ_BY_NAME) is READ_BY_NAME:
+            self.seen[name] = default
+
+    def _within(self, key: str, value: Any) -> Any:
+        return _Recording(value, self.seen, f"{self.prefix}{key}.") if type(value) is dict else value
 
     def __contains__(self, key: object) -> bool:
-        self.seen.add(str(key))
+        self._note(key)
         return super().__contains__(key)
 
     def __getitem__(self, key: str) -> Any:
-        self.seen.add(key)
-        return super().__getitem__(key)
+        self._note(key)
+        return self._within(key, super().__getitem__(key))
 
     def get(self, key: str, default: Any = None) -> Any:
-        self.seen.add(key)
-        return super().get(key, default)
+        self._note(key, default)
+        return self._within(key, super().get(key, default))
 
     def keys(self) -> "_RecordingKeys":  # type: ignore[override]
         return _RecordingKeys(self)
@@ -118,16 +126,25 @@ class _RecordingKeys(KeysView):
         return key in self._mapping
 
 
+def _reads(cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """DeepSpeed's DeepSpeedConfig of `cfg` (or whatever it raised reading it: every such error is the config's),
+    and the keys it read with their defaults."""
+    from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
+
+    seen: dict[str, Any] = {}
+    try:
+        return DeepSpeedConfig(_Recording(cfg, seen)), seen
+    except Exception as err:
+        return err, seen
+
+
 @functools.cache
 def deepspeed_keys() -> frozenset[str]:
     """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
     DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
     misspelt one would silently change nothing.)"""
-    from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
-
-    seen: set[str] = set()
-    DeepSpeedConfig(_Recording({"train_micro_batch_size_per_gpu": 1}, seen))
-    return frozenset(seen)
+    _, seen = _reads({"train_micro_batch_size_per_gpu": 1})
+    return frozenset(key for key in seen if "." not in key)
 
 
 def shipped_names() -> list[str]:
@@ -195,21 +212,23 @@ class Reading:
     DeepSpeedConfig`, the pydantic models of its sections within), and what the run takes from it."""
 
     engine: Any  # DeepSpeed's DeepSpeedConfig
+    defaults: Mapping[str, Any]  # each key DeepSpeed read (dotted within sections), with the default it read it with
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any], path: PathLike = "the DeepSpeed config") -> "Reading":
         """`cfg` read by DeepSpeed for one process (a train_batch_size left out: across worlds the batch is
         `Batch`'s rule). Where DeepSpeed refuses it, each top-level key is read alone to name the one at fault."""
         plain = {key: value for key, value in cfg.items() if key != "train_batch_size"}
-        whole = _deepspeed_reads(plain)
+        whole, seen = _reads(plain)
+        _check_read_raw(plain, seen, path)  # also where DeepSpeed raised on a value of another kind than its default
         if isinstance(whole, Exception):
             batch_keys = {k: v for k, v in plain.items() if k in BATCH_KEYS}
             for key in plain:
-                alone = _deepspeed_reads({**batch_keys, key: plain[key]})
+                alone, _ = _reads({**batch_keys, key: plain[key]})
                 if isinstance(alone, Exception):
                     raise UserError(_refusal(path, key, alone)) from None
             raise UserError(_refusal(path, None, whole)) from None
-        return cls(whole)
+        return cls(whole, MappingProxyType(seen))
 
     @property
     def precision(self) -> str:
@@ -269,16 +288,6 @@ class Reading:
         return getattr(self.engine.monitor_config, name)
 
 
-def _deepspeed_reads(cfg: dict[str, Any]) -> Any:
-    """DeepSpeed's DeepSpeedConfig of `cfg`, or whatever it raised reading it (every such error is the config's)."""
-    from deepspeed.runtime.config import DeepSpeedConfig  # heavy: not for launch and sweep
-
-    try:
-        return DeepSpeedConfig(cfg)
-    except Exception as err:
-        return err
-
-
 def _refusal(path: PathLike, key: Optional[str], err: Exception) -> str:
     """DeepSpeed's refusal of the top-level `key` (None: of the whole config) in one line naming it: a pydantic
     model names keys within its section."""
@@ -330,19 +339,26 @@ class _Read:
 
 @dataclass(frozen=True)
 class DeepSpeedConfig(_Read):
-    """The run's config, finished: what it holds cannot change. Written beside the run and given back as
-    --deepspeed-config, it trains the same run; `for_engine` is what DeepSpeed is handed for this run."""
+    """The run's config, finished: what it holds cannot change. `text` is the file written beside the run: the
+    user's config with the batch the run decided, and "auto" where the run fills a value from its options (the
+    schedule's length, warmup and peak rate), so that given back as --deepspeed-config it trains the same run with
+    the same options and follows other options given with it. `as_dict` is the config the run trained with, filled;
+    `for_engine` is what DeepSpeed is handed for this run."""
 
     path: Path  # the file it came from
     batch: Batch
-    values: MappingProxyType  # the whole config, read-only
+    values: MappingProxyType  # the whole config as written, read-only
+    fills: MappingProxyType  # the scheduler params the run fills from its options where `values` says "auto"
     reading: Reading  # DeepSpeed's reading of it
     monitor_dir: Path  # where file monitors without an output_path write in this run
     load_universal: bool = False  # this run resumes from DeepSpeed's universal checkpoint (resume.py decides)
 
     def as_dict(self) -> dict[str, Any]:
-        """A deep copy, for the run's records."""
-        return copy.deepcopy(dict(self.values))
+        """The config the run trains with (a deep copy, for the run's records): `values` with `fills` in place."""
+        cfg = copy.deepcopy(dict(self.values))
+        params = cfg.get("scheduler", {}).get("params", {})
+        params.update({key: value for key, value in self.fills.items() if params.get(key) == "auto"})
+        return cfg
 
     def for_engine(self) -> dict[str, Any]:
         """What DeepSpeed is built with (a copy: it may write into the dict it is given): the run's config with
@@ -364,8 +380,16 @@ class DeepSpeedConfig(_Read):
 
     def left_auto(self) -> list[str]:
         """The scheduler's values still "auto": filled from the run's length, where that was not known."""
-        params = self.values.get("scheduler", {}).get("params", {})
+        params = self.as_dict().get("scheduler", {}).get("params", {})
         return [f"scheduler.params.{key}" for key, value in params.items() if value == "auto"]
+
+
+# The scheduler params a run fills from its options, and the options that decide each (what a refusal names).
+FILLED_BY = {
+    "warmup_max_lr": "the optimizer's lr (--learning-rate)",
+    "total_num_steps": "the run's length (--max-steps, or --epochs of its features)",
+    "warmup_num_steps": "--warmup-ratio of the run's length",
+}
 
 
 @dataclass(frozen=True)
@@ -379,27 +403,45 @@ class Settings(_Read):
     monitor_dir: Path  # where file monitors without an output_path write
     needs: tuple[str, ...] = ()  # what the job's device must have that this machine could not check (`device=None`)
     load_universal: bool = False  # the run resumes from DeepSpeed's universal checkpoint (resume.py decides)
+    learning_rate_given: bool = False  # --learning-rate set the optimizer's lr, which the schedule then follows
 
     def resuming(self, batch: Batch, load_universal: bool) -> "Settings":
         """These settings for a resume that keeps a checkpoint's global batch with `batch`."""
         return replace(self, batch=batch, load_universal=load_universal)
 
-    def finish(self, total_steps: Optional[int], warmup_ratio: float) -> DeepSpeedConfig:
+    def finish(self, total_steps: Optional[int], warmup_ratio: Optional[float]) -> DeepSpeedConfig:
         """The finished config of a run of `total_steps` optimizer steps (None: not known here, a plan without the
-        model's tokenizer: the scheduler's step counts stay "auto", filled at the job's start)."""
+        model's tokenizer: the scheduler's step counts stay "auto", filled at the job's start) that warms up over
+        `warmup_ratio` of them (None: not given, `DEFAULT_WARMUP_RATIO`). A scheduler value the file fixes that
+        the options decide otherwise is refused: an option typed never loses to a file in silence."""
         cfg = copy.deepcopy(dict(self.values))
         cfg.update(
             train_micro_batch_size_per_gpu=self.batch.micro,
             train_batch_size=self.batch.size,
             gradient_accumulation_steps=self.batch.accumulation,
         )
-        fills = {"warmup_max_lr": self.reading.learning_rate}
+        fills: dict[str, Any] = {"warmup_max_lr": self.reading.learning_rate}
         if total_steps is not None:  # at least one warmup step: DeepSpeed's schedulers refuse 0
-            fills.update(total_num_steps=total_steps, warmup_num_steps=max(math.ceil(total_steps * warmup_ratio), 1))
+            ratio = DEFAULT_WARMUP_RATIO if warmup_ratio is None else warmup_ratio
+            fills.update(total_num_steps=total_steps, warmup_num_steps=max(math.ceil(total_steps * ratio), 1))
+        decided = {"warmup_max_lr": self.learning_rate_given, "total_num_steps": True}
+        decided["warmup_num_steps"] = warmup_ratio is not None
         params = cfg.get("scheduler", {}).get("params", {})
-        params.update({key: value for key, value in fills.items() if params.get(key) == "auto"})
+        for key, value in fills.items():
+            fixed = params.get(key, "auto")
+            if fixed != "auto" and decided[key] and fixed != value:
+                raise UserError(
+                    f"{self.path}: scheduler.params.{key} is {fixed}, where {FILLED_BY[key]} makes it {value}: write "
+                    f'"auto" there to follow the options'
+                )
         return DeepSpeedConfig(
-            self.path, self.batch, MappingProxyType(cfg), self.reading, self.monitor_dir, self.load_universal
+            self.path,
+            self.batch,
+            MappingProxyType(cfg),
+            MappingProxyType(fills),
+            self.reading,
+            self.monitor_dir,
+            self.load_universal,
         )
 
 
@@ -438,8 +480,9 @@ def settings(
     _check_same_reading(cfg, reading, path)
     needs = [*_check_precision(reading, path, device), *_check_offload(reading, path, device is None)]
     _check_monitors(reading, path)
-    needs += _check_builds(reading, path, device)
-    return Settings(Path(path), MappingProxyType(cfg), reading, batch, Path(output_dir) / "monitor", tuple(needs))
+    monitor_dir = Path(output_dir) / "monitor"
+    given = learning_rate is not None
+    return Settings(Path(path), MappingProxyType(cfg), reading, batch, monitor_dir, tuple(needs), False, given)
 
 
 def _check_as_given(cfg: Mapping[str, Any], path: PathLike) -> None:
@@ -455,6 +498,21 @@ def _check_as_given(cfg: Mapping[str, Any], path: PathLike) -> None:
             with contextlib.suppress(ValueError):
                 if isinstance(value, str) and isinstance(json.loads(value), (bool, int, float)):
                     raise UserError(f"{path}: {section}.params.{key} is the string {json.dumps(value)}: write {value}")
+
+
+def _check_read_raw(cfg: Mapping[str, Any], defaults: Mapping[str, Any], path: PathLike) -> None:
+    """Each value DeepSpeed read with a default that is a switch or a number (no model of its checks those: it acts
+    on them as JSON gives them) is one too: "false" would act as true, "2" fail deep in a step."""
+    for key, default in defaults.items():
+        *sections, name = key.split(".")
+        within = functools.reduce(lambda section, part: section.get(part, {}), sections, cfg)
+        if not isinstance(within, dict) or name not in within:
+            continue
+        value = within[name]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise UserError(f"{path}: {key} must be true or false, not {value!r}")
+        if _number(default) and not _number(value):
+            raise UserError(f"{path}: {key} must be a number, not {value!r}")
 
 
 def _batch(cfg: Mapping[str, Any], path: PathLike, world_size: int) -> Batch:
@@ -576,63 +634,3 @@ def _check_monitors(reading: Reading, path: PathLike) -> None:
     for section, package in MONITOR_PACKAGES.items():
         if reading.monitor(section).enabled and importlib.util.find_spec(package) is None:
             raise UserError(f"{path}: {section}.enabled needs the {package} package (pip install {package})")
-
-
-def _check_builds(reading: Reading, path: PathLike, device: Optional["torch.device"]) -> list[str]:
-    """The optimizer and scheduler the engine will build, built here by DeepSpeed's own code (`_engine_builds`)
-    on one parameter of `device`, the optimizer stepped once (the fused and foreach kernels check their arguments
-    only then): whatever the optimizer, its kernel or its op's build raises is one line naming the section.
-    Planned without the job's device, the optimizer is built on this machine's CPU, and what fails there is left
-    to the job's device."""
-    import torch  # heavy: not for launch and sweep
-    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
-
-    name = reading.engine.optimizer_name
-    if name is not None and name not in DEEPSPEED_OPTIMIZERS and not isinstance(getattr(torch.optim, name, None), type):
-        raise UserError(
-            f"{path}: optimizer.type {name!r} is not one DeepSpeed builds: one of "
-            f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class such as AdamW or SGD"
-        )
-    engine, needs = _engine_builds()(reading), []
-    on = torch.device("cpu") if device is None or engine.zero_use_cpu_optimizer() else device
-    param = torch.nn.Parameter(torch.zeros(1, device=on))
-    param.grad = torch.zeros_like(param)
-    try:
-        optimizer = engine._configure_basic_optimizer([param]) if name is not None else torch.optim.SGD([param])
-        optimizer.step()
-    except Exception as err:  # whatever DeepSpeed, torch or an op's build raises: the params are why
-        if device is not None:
-            raise UserError(f"{path}: optimizer.params are not what {name} takes on {on}: {first_line(err)}") from None
-        needs.append(f"optimizer.params: a device whose {name} takes them (this machine's CPU: {first_line(err)})")
-        optimizer = torch.optim.SGD([param])  # for the scheduler's check
-    logger = logging.getLogger("DeepSpeed")  # its schedulers warn about being read before a first step
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        engine._scheduler_from_config(optimizer)
-    except Exception as err:
-        raise UserError(f"{path}: scheduler: DeepSpeed cannot build it: {first_line(err)}") from None
-    finally:
-        logger.setLevel(level)
-    return needs
-
-
-@functools.cache
-def _engine_builds() -> type:
-    """What DeepSpeed's engine reads of itself to build the optimizer and scheduler of its config: its own
-    methods, on a reading of the config (`_config`, with stand-ins for the scheduler's "auto" values), so the
-    classes and arguments built are the engine's (torch's or DeepSpeed's fused Adam, its CPU Adam under ZeRO
-    offload, ...), with no model and no process group."""
-    from deepspeed.runtime.engine import DeepSpeedEngine  # heavy: not for launch and sweep
-
-    methods = ["_configure_basic_optimizer", "get_optimizer_configuration", "_muon_param_groups"]
-    methods += ["optimizer_name", "optimizer_params", "zero_use_cpu_optimizer", "bf16_optimizer_states"]
-    methods += ["_scheduler_from_config", "scheduler_name"]
-
-    def __init__(self: Any, reading: Reading) -> None:
-        self._config = reading.engine
-        params = reading.engine.scheduler_params or {}
-        self.scheduler_params = lambda: {k: AUTO_STAND_INS.get(k, 1) if v == "auto" else v for k, v in params.items()}
-
-    own = {"client_optimizer": None, "zenflow": False, "has_moe_layers": False, "__init__": __init__}
-    return type("EngineBuilds", (), {**{m: DeepSpeedEngine.__dict__[m] for m in methods}, **own})

@@ -1,12 +1,15 @@
 """Files in and out: a JSON file read with one clear error line; atomic writes, so a reader (or a
 crash) sees the old file or the new one, never half of one."""
 
+import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from bert_squad.errors import UserError
 
@@ -99,6 +102,37 @@ def writable_directory(path: PathLike, given_as: str) -> Path:
     except OSError as err:
         raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
     return Path(path)
+
+
+@contextlib.contextmanager
+def undone_if_refused(folder: PathLike) -> Iterator[Callable[[], None]]:
+    """What the body makes in `folder` (with `folder` and its parents, where they were not there) removed again
+    where a UserError ends it before it calls the `keep` it is handed: a run refused once it has started (a
+    DeepSpeed config its engine cannot be built of) leaves nothing behind, as one refused before it started."""
+    folder = Path(folder)
+    made = next((p for p in reversed((folder, *folder.parents)) if not p.exists()), None)  # the first to be made
+    before = set() if made else set(os.listdir(folder))
+    kept = False
+
+    def keep() -> None:
+        nonlocal kept
+        kept = True
+
+    try:
+        yield keep
+    except UserError:
+        if not kept:  # every rank removes what it finds: another may have been first
+            with contextlib.suppress(FileNotFoundError):
+                _remove([made] if made else [folder / name for name in set(os.listdir(folder)) - before])
+        raise
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:

@@ -49,10 +49,18 @@ from bert_squad import (
     task,
 )
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
+from bert_squad.engine import start as start_engine
 from bert_squad.errors import UserError
 from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
-from bert_squad.files import PathLike, directory, writable_directory, write_json_atomic, write_text_atomic
+from bert_squad.files import (
+    PathLike,
+    directory,
+    undone_if_refused,
+    writable_directory,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bert_squad.history import History
 from bert_squad.preemption import EXIT_STOPPED, StopRequest
 
@@ -120,13 +128,16 @@ class Run:
 
 def main(cfg: config.RunConfig) -> int:
     inputs = check(cfg)
-    writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
-    with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device, matmul_precision(cfg.speed.tf32):
-        print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
-        run = build(inputs, device)
-        if loop(run) == EXIT_STOPPED:
-            return EXIT_STOPPED
-        finish(run)
+    group = distributed.process_group(inputs.dist, cfg.faults.dist_timeout)
+    with undone_if_refused(cfg.data.output_dir) as keep:  # refused by DeepSpeed's engine, it leaves nothing behind
+        writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
+        with group as device, matmul_precision(cfg.speed.tf32):
+            print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
+            run = build(inputs, device)
+            keep()
+            if loop(run) == EXIT_STOPPED:
+                return EXIT_STOPPED
+            finish(run)
     return 0
 
 
@@ -243,13 +254,11 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     torch.manual_seed(cfg.train.seed + dist.rank)
     started = time.perf_counter()
     work = plan_work(inputs)
-    if dist.is_main:  # the run's config, beside its metrics: given back as --deepspeed-config, the same run
-        write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
     groups = model.param_groups(inputs.module, work.ds_config.weight_decay)
     inputs.module.train()  # from_pretrained leaves a model in eval mode: dropout on, as the model was pretrained
-    engine, _, _, _ = deepspeed.initialize(
-        model=inputs.module, config=work.ds_config.for_engine(), model_parameters=groups
-    )
+    engine = start_engine(inputs.module, work.ds_config, groups, device)
+    if dist.is_main:  # the run's config, beside its metrics: given back as --deepspeed-config, the same run
+        write_text_atomic(Path(cfg.data.output_dir) / outputs.DEEPSPEED_CONFIG, work.ds_config.text() + "\n")
     if dist.world_size == 1 and work.ds_config.zero_stage == 0:
         # One rank has no gradient to average: DeepSpeed would still copy every one into a bucket and back.
         engine.enable_backward_allreduce = False

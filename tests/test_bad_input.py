@@ -158,15 +158,14 @@ CASES = {
             "--deepspeed_config",
             w("c.json", with_section("optimizer", {"type": "Adamm", "params": {"lr": 1e-4}})),
         ],
-        r"c.json: optimizer.type 'Adamm' is not one "
-        r"DeepSpeed builds: one of adagrad, adam, adamw",
+        r"c.json: DeepSpeed cannot build its engine: Adamm is not a supported DeepSpeed Optimizer$",
     ),
     "a scheduler DeepSpeed lacks": (
         lambda w: [
             "--deepspeed_config",
             w("c.json", with_section("scheduler", {"type": "WarmupLinear", "params": {}})),
         ],
-        r"c.json: scheduler: DeepSpeed cannot build it: DeepSpeed does not recognize LR scheduler WarmupLinear$",
+        r"c.json: DeepSpeed cannot build its engine: DeepSpeed does not recognize LR scheduler WarmupLinear$",
     ),
     "betas of one number": (
         lambda w: [
@@ -178,14 +177,14 @@ CASES = {
                 ),
             ),
         ],
-        r"c.json: optimizer.params are not what adamw takes on cpu: ",
+        r"c.json: DeepSpeed cannot build its engine: ",
     ),
     "an optimizer param it does not take": (
         lambda w: [
             "--deepspeed_config",
             w("c.json", with_section("optimizer", {"type": "SGD", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}})),
         ],
-        r"c.json: optimizer.params are not what SGD takes on cpu: .*'betas'",
+        r"c.json: DeepSpeed cannot build its engine: .*'betas'",
     ),
     "a scheduler param it does not take": (
         lambda w: [
@@ -193,11 +192,31 @@ CASES = {
             w(
                 "c.json",
                 with_section(
-                    "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": 10}}
+                    "scheduler", {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "total_num_steps": "auto"}}
                 ),
             ),
         ],
-        r"c.json: scheduler: DeepSpeed cannot build it: .*'total_num_steps'",
+        r"c.json: DeepSpeed cannot build its engine: .*'total_num_steps'",
+    ),
+    # A config given back (a run's deepspeed_config.json of another length or rate): the options typed win, or the
+    # run refuses; the file's fixed values trained the old run's schedule, in silence.
+    "a schedule the options decide otherwise": (
+        lambda w: [
+            "--deepspeed_config",
+            w("c.json", with_section("scheduler", {"type": "WarmupDecayLR", "params": {"total_num_steps": 20}})),
+        ],
+        r"c.json: scheduler.params.total_num_steps is 20, where the run's length \(--max-steps, or --epochs of its "
+        r'features\) makes it 1: write "auto" there to follow the options$',
+    ),
+    "a peak rate the options decide otherwise": (
+        lambda w: [
+            "--learning-rate",
+            "3e-5",
+            "--deepspeed_config",
+            w("c.json", with_section("scheduler", {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 1e-4}})),
+        ],
+        r"c.json: scheduler.params.warmup_max_lr is 0.0001, where the optimizer's lr \(--learning-rate\) makes it "
+        r"3e-05: write",
     ),
     # Values DeepSpeed's engine took wrongly: a negative norm trained unclipped, a string switch read as true, a
     # fused kernel's argument of the wrong type was a TypeError at the first step, a micro batch no machine holds
@@ -224,7 +243,7 @@ CASES = {
                 ),
             ),
         ],
-        r"c.json: optimizer.params are not what adamw takes on cpu: ",
+        r"c.json: DeepSpeed cannot build its engine: ",
     ),
     # Each a traceback once, after the output dir was made: bf16 trained where DeepSpeed read "false" as false (and
     # the run as bf16), a division by zero at the first step, the async_io op's build for a directory that is not
@@ -257,7 +276,7 @@ CASES = {
                 ),
             ),
         ],
-        r"c.json: optimizer.params are not what adamw takes on cpu: If capturable=True, params and state_steps must be",
+        r"c.json: optimizer.params are not what AdamW takes on cpu: If capturable=True, params and state_steps must be",
     ),
     "wall_clock_breakdown a string": (
         lambda w: ["--deepspeed_config", w("c.json", fp32_with(wall_clock_breakdown="yes"))],

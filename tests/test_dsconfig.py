@@ -11,8 +11,9 @@ from helpers import gpu_count, run_bert_squad, sample_path, train_args
 
 from bert_squad import config
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
-from bert_squad.dsconfig import Batch, locate, settings
+from bert_squad.dsconfig import AS_GIVEN, Batch, locate, settings
 from bert_squad.dsconfig import load as load_ds_config
+from bert_squad.engine import step_once
 from bert_squad.errors import UserError
 
 SHIPPED = sorted(CONFIG_DIR.glob("ds_*.json"))
@@ -156,6 +157,7 @@ SWITCHES = {
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": "false"}}
     },
     "wall_clock_breakdown": {"wall_clock_breakdown": "yes"},
+    "prescale_gradients": {"prescale_gradients": "false"},
     "optimizer.params.fused": {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "fused": "no"}}},
 }
 # Each number the run acts on given otherwise than JSON's numbers, or a value DeepSpeed would divide by.
@@ -166,6 +168,7 @@ NUMBERS = {
     "steps_per_print": {"steps_per_print": 0},
     "gradient_clipping": {"gradient_clipping": "1.0"},
     "train_micro_batch_size_per_gpu": {"train_micro_batch_size_per_gpu": "16"},
+    "gradient_predivide_factor": {"gradient_predivide_factor": "2"},
     "optimizer.params.eps": {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True, "eps": "1e-8"}}},
     "scheduler.params.total_num_steps": {"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "100"}}},
 }
@@ -183,6 +186,25 @@ def test_a_value_read_otherwise_than_json_says_is_refused_by_key(key):
         assert str(err.value).endswith('is the string "false", which DeepSpeed reads as false: write false')
 
 
+def test_a_value_deepspeed_reads_raw_is_of_the_kind_of_its_own_default():
+    """DeepSpeed acts on a top-level switch or number as JSON gives it (its DeepSpeedConfig, the oracle, holds
+    prescale_gradients "false", which is true to Python): every one it reads with a switch or number for a default
+    is refused as a string, by the kind of that default, and a value of its kind passes."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    assert DeepSpeedConfig({"train_micro_batch_size_per_gpu": 1, "prescale_gradients": "false"}).prescale_gradients
+    defaults = settings(plain(), "c.json", world_size=1, device=CPU).reading.defaults
+    read_raw = {k: v for k, v in defaults.items() if "." not in k and isinstance(v, (bool, int, float))}
+    assert {"prescale_gradients", "gradient_predivide_factor", "wall_clock_breakdown"} <= set(read_raw)
+    for key, default in read_raw.items():
+        kind = "true or false" if isinstance(default, bool) else "a number"
+        if key in AS_GIVEN:  # which must be more than their kind (a positive integer, a norm), said so
+            kind = AS_GIVEN[key]
+        with pytest.raises(UserError, match=f"^c.json: {key} must be {re.escape(kind)}, not '"):
+            settings(plain(**{key: json.dumps(default)}), "c.json", world_size=1, device=CPU)
+        settings(plain(**{key: default}), "c.json", world_size=1, device=CPU)
+
+
 def test_the_run_reads_a_config_as_deepspeeds_engine_does():
     """Precision, stage, offload and clipping are DeepSpeed's own reading of the file (its DeepSpeedConfig is the
     oracle): its old spelling of bf16, a number for a switch, a float for a stage."""
@@ -197,14 +219,22 @@ def test_the_run_reads_a_config_as_deepspeeds_engine_does():
     assert ours.finish(10, 0.1).loop_clip == 0.0  # 16-bit weights under ZeRO: its optimizer clips
 
 
-def test_a_gpu_only_optimizer_option_is_refused_on_a_cpu_and_left_to_the_job_in_a_plan():
-    """torch's AdamW takes capturable=True on a GPU and asserts on a CPU: the optimizer is built for the run's
-    device, and whatever it raises is one line naming the params."""
-    cfg = plain(optimizer={"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True, "capturable": True}})
-    with pytest.raises(UserError, match=r"^c.json: optimizer.params are not what adamw takes on cpu: If capturable"):
-        settings(cfg, "c.json", world_size=1, device=CPU)
-    (need,) = settings(cfg, "c.json", world_size=1, device=None).needs
-    assert need.startswith("optimizer.params: a device whose adamw takes them (this machine's CPU: If capturable")
+def test_an_optimizer_is_stepped_once_as_a_copy_so_torch_checks_its_kernel_arguments():
+    """torch's AdamW takes capturable=True on a GPU and refuses it on a CPU only at a step (torch is the oracle:
+    the same error from stepping the optimizer itself). `step_once` steps a copy of the engine's optimizer, with
+    the arguments it was built with, on a parameter of its own."""
+    param = torch.nn.Parameter(torch.ones(2))
+    built = torch.optim.AdamW([param], lr=1e-3, capturable=True)
+    with pytest.raises(Exception) as ours:
+        step_once(built, CPU)
+    param.grad = torch.zeros_like(param)
+    with pytest.raises(Exception) as torchs:
+        built.step()
+    assert type(ours.value) is type(torchs.value) and str(ours.value) == str(torchs.value)
+    param.grad = None
+    fine = torch.optim.AdamW([param], lr=1e-3, weight_decay=0.5, fused=True)
+    step_once(fine, CPU)
+    assert param.equal(torch.ones(2)) and fine.state == {}  # the run's own parameter and state untouched
 
 
 def test_nvme_offload_needs_its_directory_and_deepspeeds_async_io_op(tmp_path):
@@ -228,9 +258,7 @@ def test_nvme_offload_needs_its_directory_and_deepspeeds_async_io_op(tmp_path):
     assert list((tmp_path / "nvme").iterdir()) == []  # its probe leaves nothing
 
 
-def test_a_scheduler_deepspeed_lacks_and_how_a_checkpoint_loads_are_refused():
-    with pytest.raises(UserError, match=r"^c.json: scheduler: DeepSpeed cannot build it: DeepSpeed does not recognize"):
-        settings(plain(scheduler={"type": "WarmupLinear", "params": {}}), "c.json", world_size=1, device=CPU)
+def test_how_a_checkpoint_loads_is_refused():
     with pytest.raises(UserError, match=r"^c.json: checkpoint.load_universal: how a checkpoint loads is the run's"):
         settings(plain(checkpoint={"load_universal": False}), "c.json", world_size=1, device=CPU)
 

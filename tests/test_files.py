@@ -11,7 +11,8 @@ import tokenize
 import pytest
 from helpers import PYTHON, ROOT
 
-from bert_squad.files import scratch, write_text_atomic
+from bert_squad.errors import UserError
+from bert_squad.files import scratch, undone_if_refused, write_text_atomic
 
 # The arguments of the scripts below: where they say their PID, the file whose existence tells them to go, then
 # their own (`args`).
@@ -171,3 +172,32 @@ def test_no_file_of_the_package_is_named_by_a_pid():
         if (lines := pid_file_names(path.read_text()))
     }
     assert named == {}, f"file names made from a PID (use files.scratch): {named}"
+
+
+def test_what_a_refused_command_made_is_removed_and_nothing_else(tmp_path):
+    """`undone_if_refused`: a UserError before `keep` removes what the body made (the folder and the parents it
+    made, or the entries new in a folder that was there) and leaves the user's own files; after `keep`, or for any
+    other error (a bug, whose files tell what happened), everything stays."""
+    new = tmp_path / "runs" / "a"
+    with pytest.raises(UserError), undone_if_refused(new):
+        new.mkdir(parents=True)
+        (new / "deepspeed_config.json").write_text("{}")
+        raise UserError("refused")
+    assert not (tmp_path / "runs").exists()
+    used = tmp_path / "mine"
+    (used / "notes").mkdir(parents=True)
+    (used / "data.json").write_text("{}")
+    with pytest.raises(UserError), undone_if_refused(used):
+        (used / "monitor" / "tb").mkdir(parents=True)
+        (used / "deepspeed_config.json").write_text("{}")
+        (used / "notes" / "kept.txt").write_text("")  # inside a folder of the user's: the folder is theirs
+        raise UserError("refused")
+    assert sorted(p.name for p in used.iterdir()) == ["data.json", "notes"]
+    with pytest.raises(UserError), undone_if_refused(used) as keep:
+        (used / "model.safetensors").write_text("")
+        keep()
+        raise UserError("stopped later")
+    with pytest.raises(ZeroDivisionError), undone_if_refused(used):
+        (used / "trace.txt").write_text("")
+        raise ZeroDivisionError
+    assert {"model.safetensors", "trace.txt"} <= {p.name for p in used.iterdir()}
