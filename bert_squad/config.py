@@ -22,6 +22,9 @@ from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
 
+# The share of a run's steps its learning rate warms up over, where --warmup-ratio is not given (Hugging Face's
+# run_qa.py examples and BERT's own recipe warm up over a tenth).
+DEFAULT_WARMUP_RATIO = 0.1
 # Hub datasets a run can name, and whether each has unanswerable questions (SQuAD v2.0).
 HUB_DATASETS = {"squad": False, "squad_v2": True}
 
@@ -205,9 +208,10 @@ class TrainConfig:
         "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once",
         aliases=("--per_device_train_batch_size",),
     )
-    warmup_ratio: float = option(
-        0.1,
-        'fills a scheduler warmup_num_steps of "auto" (one step at least: DeepSpeed\'s schedulers take no fewer)',
+    warmup_ratio: Optional[float] = option(
+        None,
+        "the share of the steps a scheduler's warmup_num_steps of \"auto\" fills (one step at least: DeepSpeed's "
+        f"schedulers take no fewer); where not given, {DEFAULT_WARMUP_RATIO}",
         aliases=("--warmup_ratio",),
     )
     seed: int = option(42, "one seed for the span head, the data order and dropout", sweep="per-run")

@@ -451,3 +451,22 @@ def test_the_written_config_given_back_trains_the_same_run(tiny_model, sample_tr
     assert losses(a.stdout) == losses(b.stdout) and len(losses(a.stdout)) == 3
     assert_same_weights(first, again)
     assert json.loads((again / "deepspeed_config.json").read_text()) == first_config
+
+
+def test_options_given_with_a_written_config_decide_its_schedule(tiny_model, sample_train, tmp_path):
+    """What the run fills from its options stays "auto" in deepspeed_config.json, so given back with other
+    options it follows them: the length, the peak rate and the warmup the options decide, not the first run's."""
+    first, other = tmp_path / "first", tmp_path / "other"
+    tiny_run(tiny_model, sample_train, tmp_path, "--max-steps", 3, "--learning-rate", "5e-3", "--no-eval", out=first)
+    written = json.loads((first / "deepspeed_config.json").read_text())
+    assert {written["scheduler"]["params"][k] for k in ("warmup_max_lr", "total_num_steps", "warmup_num_steps")} == {
+        "auto"
+    }
+    given = ("--max-steps", 4, "--learning-rate", "3e-5", "--warmup-ratio", "0.5", "--no-eval")
+    tiny_run(
+        tiny_model, sample_train, tmp_path, *given, "--deepspeed-config", first / "deepspeed_config.json", out=other
+    )
+    trained = json.loads((other / "train_metrics.json").read_text())
+    params = trained["deepspeed_config"]["scheduler"]["params"]
+    assert (params["total_num_steps"], params["warmup_num_steps"], params["warmup_max_lr"]) == (4, 2, 3e-5)
+    assert trained["deepspeed_config"]["optimizer"]["params"]["lr"] == 3e-5 and trained["steps"] == 4
