@@ -90,6 +90,11 @@ def _quiet_loaded_libraries(level: str) -> None:
         datasets.utils.logging.set_verbosity(getattr(logging, level.upper()))
 
 
+# The table in deepspeed.ops of the ops DeepSpeed may build on this machine, by name (not part of its documented
+# interface, so read only where present).
+SHM_OPS_TABLE = "__compatible_ops__"
+
+
 def _prepare_deepspeed(debug: bool) -> None:
     try:  # its import picks the accelerator, and refuses a DS_ACCELERATOR it does not know
         import deepspeed  # heavy: only the commands that start DeepSpeed import it
@@ -107,4 +112,8 @@ def _prepare_deepspeed(debug: bool) -> None:
         # DeepSpeed JIT-builds a shared-memory all-reduce op when its process group starts that only its
         # inference all-reduce uses. The build costs a minute on a fresh machine, and a build killed half-way
         # leaves a lock file that makes every later run on the machine wait forever. Training needs none of it.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        # DeepSpeed offers no switch for it but its table of the ops it may build: a release without that table
+        # costs only this saving.
+        compatible = getattr(deepspeed.ops, SHM_OPS_TABLE, None)
+        if isinstance(compatible, dict):
+            compatible["deepspeed_shm_comm"] = False

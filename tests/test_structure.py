@@ -129,3 +129,37 @@ def test_a_local_import_says_why_it_is_local():
 def test_nothing_reaches_into_argparse(private):
     users = [p.name for p in PACKAGE.rglob("*.py") if private in p.read_text()]
     assert not users, f"{private} in {users}"
+
+
+def deepspeed_names(tree):
+    """The names a module binds to DeepSpeed: `deepspeed` (and its aliases) and what it imports from deepspeed.*."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "deepspeed"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "deepspeed":
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def root_name(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_nothing_private_of_deepspeed_is_used():
+    """The package leans on DeepSpeed's public surface only: no attribute starting with `_` of a DeepSpeed module,
+    class or engine (a variable named for one), and no class's `__dict__`, so that a release that renames an
+    internal cannot break a run. The one internal a workaround touches is read by name where present
+    (runtime.SHM_OPS_TABLE)."""
+    found = []
+    for name, tree in modules().items():
+        ours = deepspeed_names(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            root = root_name(node.value)
+            if node.attr == "__dict__" or root in ours or (root and "engine" in root.lower()):
+                found.append(f"bert_squad/{name.replace('.', '/')}.py:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
