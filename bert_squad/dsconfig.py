@@ -30,6 +30,7 @@ import json
 import math
 import re
 from collections.abc import KeysView, Mapping
+from importlib.metadata import version
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -143,7 +144,12 @@ def deepspeed_keys() -> frozenset[str]:
     """The top-level keys DeepSpeed's config reads, noted while it parses a minimal config: the installed
     DeepSpeed is the judge, not a hand-kept list. (DeepSpeed itself ignores a key it does not read, so a
     misspelt one would silently change nothing.)"""
-    _, seen = _reads({"train_micro_batch_size_per_gpu": 1})
+    minimal, seen = _reads({"train_micro_batch_size_per_gpu": 1})
+    if isinstance(minimal, Exception):  # the installed DeepSpeed and its pydantic do not go together
+        raise UserError(
+            f"DeepSpeed {version('deepspeed')} cannot read a minimal config with pydantic {version('pydantic')} "
+            f"here: {first_line(minimal)}"
+        )
     return frozenset(key for key in seen if "." not in key)
 
 
