@@ -30,8 +30,8 @@ import json
 import math
 import re
 from collections.abc import KeysView, Mapping
-from importlib.metadata import version
 from dataclasses import dataclass, replace
+from importlib.metadata import version
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Optional
