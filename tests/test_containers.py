@@ -75,14 +75,15 @@ def test_install_steps_run_against_this_checkout(tmp_path):
     pin_step = next(r for r in runs if "bert-squad-constraints.txt" in r)
     pin = tmp_path / "constraints.txt"
     subprocess.run(
-        ["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin))],
+        ["sh", "-c", pin_step.replace("/etc/bert-squad-constraints.txt", str(pin)).replace("/opt/bert_squad/", "")],
         env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"},
+        cwd=ROOT,
         check=True,
         timeout=120,
     )
-    import torch
+    from importlib.metadata import version
 
-    assert pin.read_text().splitlines()[-1] == f"torch=={torch.__version__}"
+    assert pin.read_text().splitlines()[-2:] == [f"torch=={version('torch')}", f"deepspeed=={version('deepspeed')}"]
     deps_step = next(r for r in runs if "requires('bert_squad')" in r)
     listing = re.search(r'(python -c ".*?") +>', deps_step).group(1)
     deps = subprocess.run(
@@ -146,3 +147,39 @@ def test_site_images_are_the_documented_ones():
     assert "-B $BERT_SQUAD_WORK/bert-squad-env.sqsh:/user-software:image-src=/}" in lumi
     assert "mksquashfs bert-squad-env $BERT_SQUAD_WORK/bert-squad-env.sqsh" in readme
     assert "build bert-squad-rocm.sif" in readme.replace("--build-arg IMAGE=bert-squad:rocm ", "")
+
+
+def test_a_base_below_a_floor_is_refused_in_one_line_before_any_install(tmp_path):
+    """tools/base_pins.py, the first step of every install on a base (the Dockerfile, a uenv's or LUMI's venv): the
+    base's torch and DeepSpeed as pins, or one line naming the release and the floor it is below, exit 1."""
+    from importlib.metadata import version
+
+    ours = subprocess.run(
+        [sys.executable, "tools/base_pins.py"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert ours.stdout.splitlines() == [f"torch=={version('torch')}", f"deepspeed=={version('deepspeed')}"]
+    cfg = tmp_path / "setup.cfg"
+    cfg.write_text("[options]\ninstall_requires =\n    torch>=2.0\n    deepspeed>=99.1.0\n")
+    low = subprocess.run(
+        [sys.executable, "tools/base_pins.py", cfg], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (low.returncode, low.stdout) == (1, "") and low.stderr == (
+        f"the base's deepspeed {version('deepspeed')} is below the floor deepspeed>=99.1.0 ({cfg}): take a newer "
+        "base (containers/README.md)\n"
+    )
+
+
+def test_a_base_meets_a_floor_as_pip_reads_the_requirement():
+    """base_pins' comparison against packaging's, the oracle pip uses: NGC's builds are pre-releases with a local
+    label (2.8.0a0+5228986c39), which setup.cfg's torch>=2.8.0a0 admits and torch>=2.8.0a0 of 2.9 too."""
+    from packaging.specifiers import SpecifierSet
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from base_pins import release
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    have = ["2.7.1", "2.8.0a0+5228986c39", "2.8.0", "2.8.0+cu128", "2.10.0a0+b4e4ee81d3", "2.13.0+cpu", "0.19.2"]
+    for floor in ("2.8.0", "2.10.0", "0.19.2", "0.19.8"):
+        spec = SpecifierSet(f">={floor}a0", prereleases=True)
+        assert [release(v) >= release(floor) for v in have] == [v in spec for v in have], floor

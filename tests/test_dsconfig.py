@@ -10,8 +10,8 @@ import torch
 from helpers import gpu_count, run_bert_squad, sample_path, train_args
 
 from bert_squad import config
-from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.dsconfig import AS_GIVEN, Batch, locate, settings
+from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.dsconfig import load as load_ds_config
 from bert_squad.engine import step_once
 from bert_squad.errors import UserError

@@ -296,6 +296,26 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks_as_it_was_saved(chain, 
 
 @pytest.mark.slow
 @pytest.mark.mpi
+@pytest.mark.compat
+@pytest.mark.parametrize("name", ["ds_fp32", "zero2_bf16"])
+def test_two_ranks_resumed_on_one_load_what_they_saved(name, tiny_model, sample_train, tmp_path):
+    """The tiny BERT, which every supported transformers has (the compat line runs this on the floors: the oldest
+    torch, DeepSpeed and transformers the project supports): 2 ranks to a checkpoint at step 2, resumed on 1 rank,
+    load weights and Adam moments bit for bit as saved, ZeRO-0 as it is and ZeRO-2 through DeepSpeed's universal
+    checkpoint; the resumed run finishes and exports."""
+    config, out, dumps = ds_config(name, tmp_path), tmp_path / "out", tmp_path / "dumps"
+    for ranks, steps in CHAIN[:2]:
+        r = tapped(dumps, *resume_args(tiny_model, sample_train, out, config), "--max-steps", steps, ranks=ranks)
+        assert r.returncode == 0, r.stderr[-3000:]
+    saved, loaded = (torch.load(dumps / f"{kind}-step2.pt") for kind in ("saved", "loaded"))
+    assert (saved["world_size"], loaded["world_size"]) == (2, 1) and saved["tensors"].keys() == loaded["tensors"].keys()
+    for tensor, (a, b) in ((n, pair) for n, t in saved["tensors"].items() for pair in zip(t, loaded["tensors"][n])):
+        assert torch.equal(a, b), tensor
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 4 and (out / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_the_config_a_resume_writes_trains_a_run_that_resumes_its_own_checkpoint(
     chain, tiny_eurobert, sample_train, tmp_path
 ):

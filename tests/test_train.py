@@ -77,6 +77,7 @@ def cpu_form(name, folder):
     return path
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("name", ["ds_fp32", "ds_bf16", "ds_fp16", "ds_zero2", "ds_zero3"])
 def test_every_shipped_config_builds_a_torch_optimizer(name, tiny_model, sample_train, tmp_path):
     """The engine of every shipped config steps a torch.optim optimizer, so no DeepSpeed op is compiled on the
