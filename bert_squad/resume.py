@@ -26,6 +26,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -82,10 +83,34 @@ def decide(found: checkpoint.Resumable, settings: dsconfig.Settings) -> Decision
             f"checkpoint with the optimizer offloaded to NVMe (engine.load_checkpoint skips it); "
             f"resume on {old}"
         )
+    if layout.sharded:
+        _check_universal_load(found, settings)
     if layout.sharded and not _converted(path):
         _check_writable(path)
     action = UNIVERSAL if layout.sharded else WHOLE
     return Decision(found, action, settings.resuming(kept, load_universal=action == UNIVERSAL))
+
+
+# DeepSpeed loads a universal checkpoint below ZeRO stage 3 (its ZeRO-1/2 and 16-bit optimizers) with each
+# parameter's fp32 weight mapped onto the last Adam moment it loaded before 0.19.7 (map_to_flat_opt_states in
+# deepspeed/utils/tensor_fragment.py, 0.19.6 against 0.19.7): the optimizer steps on, but the fp32 weights DeepSpeed
+# hands out, which the export takes, are that moment's.
+UNIVERSAL_BELOW_STAGE3_SINCE = "0.19.7"
+
+
+def _check_universal_load(found: checkpoint.Resumable, settings: dsconfig.Settings) -> None:
+    """A UserError where the installed DeepSpeed cannot load `found` through a universal checkpoint in this world
+    as it was saved."""
+    from packaging.version import Version  # with DeepSpeed, which requires it
+
+    have = version("deepspeed")
+    if settings.zero_stage < 3 and Version(have) < Version(UNIVERSAL_BELOW_STAGE3_SINCE):
+        raise UserError(
+            f"{found.path}: written by {ranks(found.layout.world_size or 0)}, this run has "
+            f"{ranks(settings.batch.world_size)}: resuming ZeRO stage {settings.zero_stage} in {settings.precision} "
+            f"on another number of ranks needs DeepSpeed {UNIVERSAL_BELOW_STAGE3_SINCE} or later (this is {have}, "
+            f"whose universal checkpoint loads the fp32 weights wrong); resume on {ranks(found.layout.world_size or 0)}"
+        )
 
 
 def _check_precision_path(found: checkpoint.Resumable, settings: dsconfig.Settings) -> None:
