@@ -26,10 +26,14 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
+    """The figure as `path`, whole or not at all (a figure that cannot be written leaves no scratch file)."""
     tmp = scratch(path.parent, path.name)
-    fig.savefig(tmp, dpi=120, format="png")
-    _pyplot().close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        tmp.replace(path)
+    finally:
+        _pyplot().close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 def f1_by_combination(rows: list[dict[str, Any]], path: Path) -> None:

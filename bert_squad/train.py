@@ -49,7 +49,7 @@ from bert_squad import (
     task,
 )
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
 from bert_squad.files import PathLike, directory, writable_directory, write_json_atomic, write_text_atomic
@@ -445,8 +445,8 @@ def export_best(run: Run) -> None:
 
 
 def finish(run: Run) -> None:
-    """Final evaluation, the exported model (unless --no-export), and last the metrics file that marks the run
-    finished."""
+    """Final evaluation, the exported model (unless --no-export), the metrics file that marks the run finished,
+    and last its figure (a figure that fails costs the figure, never the metrics)."""
     inputs = run.inputs
     dist, out, exporting = inputs.dist, Path(inputs.cfg.data.output_dir), not inputs.cfg.data.no_export
     run.reached()
@@ -459,32 +459,25 @@ def finish(run: Run) -> None:
         evaluate_now(run, output_dir=out)
     if not dist.is_main:
         return
-    if exporting and not (kept and kept.step is not None and best.install(out, kept.step)):
+    installed = bool(exporting and kept and kept.step is not None and best.install(out, kept.step))
+    if exporting and not installed:
         assert state is not None  # rank 0 holds the whole model
         model.export(run.engine.module, state, inputs.tokenizer, inputs.stamp.task, out)
-        if kept:
-            report.log(
-                dist,
-                f"note: the export of the best step {kept.step} is gone (resumed from an older "
-                f"checkpoint?): the final step's model is saved instead",
-            )
-    draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
     write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, run_rates, digests))
-    took = run.history.took()
-    report.log(
-        dist,
-        f"saved model and tokenizer to {out} ({took})"
-        if exporting
-        else f"saved the metrics to {out}, no model (--no-export) ({took})",
-    )
+    draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
+    step = (kept.step if kept and installed else run.progress.step) if exporting else None
+    report.log(dist, report.saved_line(out, run.history.took(), step, kept))
 
 
 def draw_curves(history: History, path: Path, dist: distributed.DistEnv) -> None:
-    """training_curves.png, where matplotlib is installed (one log line where it is not)."""
+    """training_curves.png, where matplotlib is installed and the figure can be written (else one log line: the
+    run has finished, and its metrics are written)."""
     try:
         plots.training_curves(history, path)
     except ImportError:
         report.log(dist, f"note: {plots.MISSING.format(path.name)}")
+    except (OSError, UserError, ValueError) as err:
+        report.log(dist, f"note: {path} was not drawn ({first_line(err)}); the metrics are written")
 
 
 def train_metrics(run: Run, run_rates: dict[str, Any], digests: list[Any]) -> dict[str, Any]:

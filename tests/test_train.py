@@ -451,3 +451,14 @@ def test_the_written_config_given_back_trains_the_same_run(tiny_model, sample_tr
     assert losses(a.stdout) == losses(b.stdout) and len(losses(a.stdout)) == 3
     assert_same_weights(first, again)
     assert json.loads((again / "deepspeed_config.json").read_text()) == first_config
+
+
+def test_a_figure_that_cannot_be_drawn_costs_the_figure_not_the_metrics(tiny_model, sample_train, tmp_path):
+    """training_curves.png cannot be written (a directory holds its name): the run still finishes, its
+    train_metrics.json written, one note line says what was not drawn, and no scratch file of it is left."""
+    out = tmp_path / "out"
+    (out / "training_curves.png").mkdir(parents=True)
+    r = tiny_run(tiny_model, sample_train, tmp_path, "--max-steps", 2, "--no-eval")
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2
+    assert f"note: {out / 'training_curves.png'} was not drawn" in r.stdout, r.stdout[-2000:]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".training_curves")]
