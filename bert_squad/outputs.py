@@ -16,6 +16,7 @@ EVAL_METRICS = "eval_metrics.json"
 PREDICTIONS = "predictions.json"
 NBEST = "nbest_predictions.json"
 NULL_ODDS = "null_odds.json"
+TASK_FILE = "bert_squad_task.json"  # beside an exported model's weights: what it was trained to do (task.py)
 
 
 def finished(run_dir: str | Path) -> bool:

@@ -20,8 +20,7 @@ from typing import Any
 from bert_squad.config import PostprocessConfig, WindowConfig, from_record
 from bert_squad.errors import UserError
 from bert_squad.files import PathLike, read_json, write_json_atomic
-
-TASK_FILE = "bert_squad_task.json"
+from bert_squad.outputs import TASK_FILE
 
 
 @dataclass(frozen=True)

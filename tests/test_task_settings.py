@@ -49,6 +49,22 @@ def test_the_export_and_a_checkpoints_export_record_the_training(trained, tmp_pa
     assert json.loads((tmp_path / "exported" / TASK_FILE).read_text()) == recorded
 
 
+def test_an_export_leaves_no_task_file_of_other_weights(trained, tmp_path):
+    """A checkpoint of an older bert-squad records no task (its hf/ has no bert_squad_task.json): exported into a
+    folder that holds an older export's task file, that file goes, since it describes other weights."""
+    older = tmp_path / "older"
+    shutil.copytree(trained / "checkpoints" / "step00000003", older)
+    (older / "hf" / TASK_FILE).unlink()
+    marker = json.loads((older / "complete").read_text())
+    del marker["files"][f"hf/{TASK_FILE}"]
+    (older / "complete").write_text(json.dumps(marker))
+    out = tmp_path / "exported"
+    out.mkdir()
+    (out / TASK_FILE).write_text((trained / TASK_FILE).read_text().replace("96", "384"))
+    run_ok("export", "--checkpoint", older, "--output-dir", out)
+    assert (out / "model.safetensors").is_file() and not (out / TASK_FILE).exists()
+
+
 def test_evaluate_and_predict_answer_as_the_run_did(trained, sample_dev, tmp_path):
     r = run_ok("evaluate", "--model-dir", trained, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval")
     for name in ("predictions.json", "nbest_predictions.json"):
