@@ -413,7 +413,8 @@ def add_options(
     fields = dataclasses.fields(cls)
     left_out = set(without) | ({f.name for f in fields} - set(only) if only is not None else set())
     group = parser.add_argument_group((cls.__doc__ or "").strip().split(":")[0])
-    parser.set_defaults(**{f.name: f.default for f in fields if f.name in left_out})
+    # Left out, an option is never given: under `unset` its value is the model's too, as `given` reads it.
+    parser.set_defaults(**{f.name: FromModel(f.default) if unset else f.default for f in fields if f.name in left_out})
     for f in (f for f in fields if f.name not in left_out):
         opt = _option(f)
         meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep", "aliases")}
