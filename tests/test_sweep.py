@@ -224,6 +224,33 @@ def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
     assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_one_finished_seed_has_no_spread(tmp_path, capsys, monkeypatch):
+    """One finished seed of a combination measures no standard deviation: "-" in the table and empty in the CSV,
+    not a spread of 0."""
+    combos = fake_sweep(tmp_path)
+    (tmp_path / combos[1]["name"] / "train_metrics.json").unlink()  # seed 2 of learning_rate=3e-5 not finished
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli.main(["summarize", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "learning_rate=3e-5 " in line)
+    assert "40.00 ± -" in row and "50.00 ± -" in row and "± 0.00" not in row, row
+    rows = {r["combination"]: r for r in csv.DictReader((tmp_path / "summary.csv").open())}
+    first = rows["learning_rate=3e-5"]
+    assert (first["f1_mean"], first["f1_std"], first["em_std"]) == ("50.00", "", "")
+
+
+@pytest.mark.parametrize("combinations", [["default"], ["lr=3e-5", "lr=5e-5"], ["a=1", "a=2", "a=3"]])
+def test_the_figures_title_is_whole_for_a_few_combinations(combinations):
+    """f1_by_combination.png of one combination (a seeds-only sweep), two or three shows its title whole: the
+    title's drawn box lies inside the figure."""
+    from bert_squad import plots
+
+    rows = [{"combination": c, "f1_values": [80.0, 82.0], "f1_mean": 81.0, "f1_std": 1.41} for c in combinations]
+    fig = plots.f1_figure(rows)
+    fig.canvas.draw()
+    title, page = fig.axes[0].title.get_window_extent(), fig.bbox
+    assert page.x0 <= title.x0 and title.x1 <= page.x1 and page.y0 <= title.y0 and title.y1 <= page.y1, (title, page)
+
+
 def test_summarize_prints_whole_columns_to_a_file_or_pipe(tmp_path, capsys, monkeypatch):
     """Printed to a file or a pipe, the table is as wide as its columns (as on a wide enough terminal), not
     squeezed into 80 columns: each row on one line, each value whole."""
