@@ -453,3 +453,37 @@ def test_scripts_pass_shellcheck():
     assert proc.returncode == 0, proc.stdout
     for path in paths:
         assert subprocess.run(["bash", "-n", str(path)], timeout=60).returncode == 0, path
+
+
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        (["--train-file", "nowhere.json", "--resume", "auto"], f"nowhere.json: no such file in {ROOT}, where the job"),
+        (
+            ["--train-file", "bert_squad/sample/train-v1.1.json", "--deepspeed-config", "ds_fp33", "--resume", "auto"],
+            f"ds_fp33: no such file in {ROOT}, where the job resolves it",
+        ),
+        (
+            ["--train-file", "bert_squad/sample/train-v1.1.json", "--requeue-job"],
+            "--requeue: the requeued job trains again into its --output-dir; add --resume auto",
+        ),
+    ],
+    ids=["train file", "config name", "requeue without resume"],
+)
+def test_a_dry_run_says_what_submit_would_refuse(extra, refused, tmp_path, monkeypatch, capsys):
+    """The dry run prints its command and, in one line on stderr, what --submit would refuse (exit 0: it may run
+    where the job's inputs are not); --submit refuses it in that line, before sbatch."""
+    monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))
+    monkeypatch.setenv("BERT_SQUAD_RUNTIME", "none")
+    monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(tmp_path))
+    sent = fake_sbatch(tmp_path, monkeypatch)
+    requeue = ["--requeue"] if "--requeue-job" in extra else []
+    argv = ["launch", "--site", "generic", *requeue, "--", "--model", "m", *[w for w in extra if w != "--requeue-job"]]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# files: ") and "sbatch " in out.splitlines()[-1]
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"note: --submit would refuse this here: {refused}")
+    assert cli.main([*argv[:3], "--submit", *argv[3:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bert-squad launch: error: {refused}"), err
+    assert not sent.exists()
