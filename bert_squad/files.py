@@ -1,6 +1,7 @@
 """Files in and out: a JSON file read with one clear error line; atomic writes, so a reader (or a
 crash) sees the old file or the new one, never half of one."""
 
+import contextlib
 import json
 import os
 import sys
@@ -87,6 +88,32 @@ def probe_write(path: PathLike) -> None:
     written, found before the work rather than after hours of it. Every rank probes the shared output dir at
     once: the file is `scratch`'s, no other process's."""
     scratch(path, "write-test").unlink()
+
+
+def can_write(path: PathLike, given_as: str) -> Path:
+    """`directory`'s check, then whether the directory can be written, or where it does not exist yet, the nearest
+    one above it, in which it would be made: probed with a scratch file, removed at once. Nothing is left behind:
+    for a check that a command's later work (a job's ranks, a download) will make the directory."""
+    path = directory(path, given_as)
+    existing = next(p for p in (path, *path.parents) if p.is_dir())
+    try:
+        probe_write(existing)
+    except OSError as err:
+        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
+    return path
+
+
+def remove_empty_dirs(root: PathLike) -> None:
+    """Every directory below `root` that holds nothing, deepest first, and `root` itself where it is left empty:
+    what a command that failed made and did not fill."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty one goes
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def writable_directory(path: PathLike, given_as: str) -> Path:

@@ -120,6 +120,9 @@ class Run:
 
 def main(cfg: config.RunConfig) -> int:
     inputs = check(cfg)
+    if cfg.faults.overwrite_output_dir and inputs.dist.is_main:
+        # Before rank 0 joins the process group, so before any rank writes there: the old run's files go.
+        outputs.clear(cfg.data.output_dir)
     writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
     with distributed.process_group(inputs.dist, cfg.faults.dist_timeout) as device, matmul_precision(cfg.speed.tf32):
         print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
@@ -147,6 +150,7 @@ def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
     """Everything that can be wrong with the input, found before any process group or file exists (`planning`:
     for `bert-squad config`, see `deepspeed_settings`)."""
     directory(cfg.data.output_dir, "--output-dir ")
+    cfg.faults.check_output_dir(cfg.data.output_dir)
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
@@ -512,7 +516,10 @@ def print_config(cfg: config.RunConfig) -> int:
     in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
     says goes to stderr); nothing is trained. Planned where the job will not run (a login node without a GPU,
     or before the model is downloaded), it prints what resolves there and what the job needs (`needs`): a GPU,
-    the model's files, its length for the scheduler's "auto" values; the job checks those at its start."""
+    the model's files, its length for the scheduler's "auto" values; the job checks those at its start. Under a
+    launcher, rank 0 alone plans and prints: one plan, not one a rank."""
+    if not distributed.detect().is_main:
+        return 0
     with contextlib.redirect_stdout(sys.stderr):
         try:
             inputs = check(cfg, planning=True)
