@@ -80,7 +80,7 @@ DEMO_ARGS := --train-file bert_squad/sample/train-v1.1.json --eval-file bert_squ
   --warmup-ratio 0.3 --max-seq-length 256 --doc-stride 64
 
 demo: $(STAMP)
-	$(PY) -m bert_squad --model "$(MINILM)" $(DEMO_ARGS) --output-dir runs/demo --cache-dir cache
+	$(PY) -m bert_squad --model "$(MINILM)" $(DEMO_ARGS) --output-dir runs/demo --cache-dir cache --overwrite-output-dir
 
 demo-args:
 	@echo $(DEMO_ARGS)

@@ -71,7 +71,7 @@ def phase_argv(phase: str, args: argparse.Namespace, data: Path, work: Path) -> 
         str(args.model),
         *common,
         *("--train-file", str(data), "--output-dir", str(work / "train-out"), "--deepspeed-config", "ds_fp32"),
-        *("--max-steps", str(args.max_steps), "--no-eval", "--no-export"),
+        *("--max-steps", str(args.max_steps), "--no-eval", "--no-export", "--overwrite-output-dir"),  # a run each
     ]
 
 

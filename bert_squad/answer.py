@@ -71,7 +71,7 @@ class Answerer:
         device: str = "cpu",
         windows: Optional[WindowConfig] = None,
         postprocess: Optional[PostprocessConfig] = None,
-        null_answer: bool = False,
+        null_answer: Optional[bool] = None,
     ) -> None:
         try:  # a device this torch was not built for, or that this machine lacks
             self.device = torch.device(device)
@@ -82,7 +82,8 @@ class Answerer:
         self.tokenizer = tokenizer
         self.windows = windows or WindowConfig()
         self.postprocess = postprocess or PostprocessConfig()
-        self.null_answer = null_answer  # SQuAD 2.0: "no answer" competes with the spans
+        # SQuAD 2.0: "no answer" competes with the spans; None: the model records no version (`task.no_answer`)
+        self.null_answer = null_answer
 
     @classmethod
     def from_pretrained(
@@ -108,16 +109,18 @@ class Answerer:
         """The model in `model_dir` answering with `settings` (`task.resolve`); `null_answer` defaults to the
         v2.0 mode it was trained in."""
         if null_answer is None:
-            null_answer = bool(settings.trained and settings.trained.version_2_with_negative)
+            null_answer = settings.version_2_with_negative
         module, tokenizer = model.load_qa_model(model_dir), model.load_tokenizer(model_dir)
         return cls(module, tokenizer, device, settings.windows, settings.postprocess, null_answer)
 
     def predict(self, examples: Examples) -> Predictions:
-        """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them."""
+        """`(predictions, nbest, null_odds)` for SQuAD `Examples`, as `evaluate.predict` gives them, "no answer"
+        competing as every command's rule says (`task.no_answer`)."""
         model.check_window(self.module, self.windows.max_seq_length, self.tokenizer.name_or_path)
         check_tokenizer(self.tokenizer, examples.records[0], self.windows)
         features = build_features(examples, self.tokenizer, self.windows, cache_dir=None, train=False)
-        result = predict(self.module, examples, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
+        asked = dataclasses.replace(examples, version_2=task.no_answer(self.null_answer, examples.version_2))
+        result = predict(self.module, asked, features, self.device, self.tokenizer.pad_token_id, self.postprocess)
         assert result is not None  # one process, so it is rank 0
         return result
 
@@ -144,7 +147,7 @@ class Answerer:
             }
             for qid, (q, c) in zip(ids, pairs)
         ]
-        predictions, nbest, _ = self.predict(Examples(records, "input", self.null_answer))
+        predictions, nbest, _ = self.predict(Examples(records, "input", version_2=False))  # no file: none to say
         return [_ranked(predictions[qid], nbest[qid], top_k) for qid in ids]
 
     def answer(self, question: str, context: str, top_k: int = 1) -> list[Answer]:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bert_squad import distributed
+from bert_squad import distributed, outputs
 
 FILE = "best.json"  # in a checkpoint
 
@@ -60,7 +60,7 @@ class Best:
 
 
 def exports_dir(output_dir: str | Path) -> Path:
-    return Path(output_dir) / "best"
+    return Path(output_dir) / outputs.BEST
 
 
 def export_dir(output_dir: str | Path, step: int) -> Path:

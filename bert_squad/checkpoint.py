@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from bert_squad import distributed, model
+from bert_squad import distributed, model, outputs
 from bert_squad.errors import UserError
 from bert_squad.files import write_text_atomic
 
@@ -125,7 +125,7 @@ def stamp(
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
-    return Path(output_dir) / "checkpoints"
+    return Path(output_dir) / outputs.CHECKPOINTS
 
 
 def _rng_state() -> dict[str, Any]:
@@ -338,6 +338,15 @@ def intact_at(where: str | Path, hint: str = "") -> Resumable:
     path = Path(where)
     if (path / "latest").is_file():
         path = path / (path / "latest").read_text().strip()
+    if checkpoint_root(path).is_dir() and not (path / MARKER).is_file():
+        raise UserError(
+            f"{where}: a run's output dir, not a checkpoint: give {checkpoint_root(path)} (its newest checkpoint) "
+            f"or one of its step<N>"
+        )
+    if not path.exists():
+        tags = complete_tags(path.parent) if path.parent.is_dir() else []
+        there = f"checkpoints there: {', '.join(tags)}" if tags else f"{path.parent} holds no complete checkpoint"
+        raise UserError(f"{where}: no such checkpoint ({there})")
     if not (path / MARKER).is_file():
         raise UserError(f"{where}: not a complete checkpoint (no '{MARKER}' marker){hint}")
     problem = describe_damage(path)

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional, TypeVar, cast
 
-from bert_squad import commands
+from bert_squad import commands, outputs
 from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
@@ -274,11 +274,26 @@ class FaultConfig:
         sweep="per-run",
         aliases=("--resume_from_checkpoint",),
     )
+    overwrite_output_dir: bool = option(
+        False,
+        "train afresh into an --output-dir that holds a run, its outputs and checkpoints removed first (without "
+        "it such a dir is refused, unless --resume continues the run; other files in it stay)",
+        sweep="per-run",
+        aliases=("--overwrite_output_dir",),
+    )
     dist_timeout: int = option(600, "seconds a collective may wait for a lost rank", aliases=("--ddp_timeout",))
 
     def __post_init__(self) -> None:
         _positive(self, "keep_checkpoints", "dist_timeout")
         _within(self, ["checkpoint_every"], "0 or more (0: only when stopped)", low=0)
+
+    def check_output_dir(self, output_dir: str) -> None:
+        """A training into `output_dir` that holds a run continues it (--resume) or replaces it
+        (--overwrite-output-dir), or is refused in one line (`outputs.refuse_used`); not both."""
+        if self.resume and self.overwrite_output_dir:
+            raise UserError("--resume continues the run in --output-dir, --overwrite-output-dir replaces it: give one")
+        if not (self.resume or self.overwrite_output_dir):
+            outputs.refuse_used(output_dir)
 
 
 # --padding's choices, each with what it pads a micro batch to (the plan line's words; batching.Collator.for_training)
@@ -417,7 +432,8 @@ def add_options(
     fields = dataclasses.fields(cls)
     left_out = set(without) | ({f.name for f in fields} - set(only) if only is not None else set())
     group = parser.add_argument_group((cls.__doc__ or "").strip().split(":")[0])
-    parser.set_defaults(**{f.name: f.default for f in fields if f.name in left_out})
+    # Left out, an option is never given: under `unset` its value is the model's too, as `given` reads it.
+    parser.set_defaults(**{f.name: FromModel(f.default) if unset else f.default for f in fields if f.name in left_out})
     for f in (f for f in fields if f.name not in left_out):
         opt = _option(f)
         meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "sweep", "aliases")}

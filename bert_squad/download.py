@@ -8,10 +8,10 @@ before any rank starts, and says whether they are there. `cache` defines where.
 import shutil
 from pathlib import Path
 
-from bert_squad import cache, config
+from bert_squad import cache, config, dsconfig
 from bert_squad.config import RunConfig
 from bert_squad.errors import UserError, first_line
-from bert_squad.files import scratch, writable_directory
+from bert_squad.files import can_write, read_json, remove_empty_dirs, scratch
 
 # Files a model needs; a hub repo's other formats (TF, Flax, ONNX, ...) stay on the hub.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -34,6 +34,7 @@ def download_dataset(name: str, cache_dir: str) -> Path:
 
     target = cache.dataset_dir(cache_dir, name)
     ds = datasets.load_dataset(name, cache_dir=str(cache.datasets_download_dir(cache_dir)))
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = scratch(target.parent, target.name, directory=True)  # jobs share the cache
     ds.save_to_disk(str(tmp))
     if target.exists():
@@ -65,14 +66,20 @@ def download(cfg: RunConfig) -> int:
     """Model, tokenizer and (without --train-file) dataset of the run `cfg` into its cache; a local model
     directory is only checked, as a run checks it."""
     data = cfg.data
-    writable_directory(data.cache_dir, "--cache-dir ")
-    if cache.is_local(data.model):
-        print(f"model -> {cache.find_model(data.model, data.cache_dir)}")
-    else:
-        check_hub(data.model)
-        print(f"model -> {download_model(data.model, data.cache_dir)}")
-    if not data.train_file:
-        print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")
+    new_cache = not Path(data.cache_dir).exists()
+    can_write(data.cache_dir, "--cache-dir ")
+    try:
+        if cache.is_local(data.model):
+            print(f"model -> {cache.find_model(data.model, data.cache_dir)}")
+        else:
+            check_hub(data.model)
+            print(f"model -> {download_model(data.model, data.cache_dir)}")
+        if not data.train_file:
+            print(f"dataset -> {download_dataset(data.dataset, data.cache_dir)}")
+    except BaseException:
+        if new_cache:  # a failed download leaves no empty cache behind (what it fetched before it failed stays)
+            remove_empty_dirs(data.cache_dir)
+        raise
     return 0
 
 
@@ -99,10 +106,20 @@ def parse_check(argv: list[str]) -> RunConfig:
 
 
 def check_cache(cfg: RunConfig) -> int:
-    """Are the run's model and dataset in the cache, and can its output dir be written? The job script asks
-    once, inside the image, before it starts a container per rank."""
-    print(f"model: {cache.find_model(cfg.data.model, cfg.data.cache_dir)}")
-    if not cfg.data.train_file:
-        print(f"dataset: {cache.find_dataset(cfg.data.dataset, cfg.data.cache_dir)}")
-    writable_directory(cfg.data.output_dir, "--output-dir ")
+    """Are the run's model and dataset in the cache, every file it names there and readable (a train or eval
+    file, a DeepSpeed config: as JSON), and can its output dir be written, or made, and take this run? The job
+    script asks once, inside the image, before it starts a container per rank. It creates nothing."""
+    data = cfg.data
+    print(f"model: {cache.find_model(data.model, data.cache_dir)}")
+    if not data.train_file:
+        print(f"dataset: {cache.find_dataset(data.dataset, data.cache_dir)}")
+    for what, path in (("train file", data.train_file), ("eval file", data.eval_file)):
+        if path:
+            read_json(path, what="a SQuAD JSON file")
+            print(f"{what}: {path}")
+    ds_config = dsconfig.locate(cfg.train.deepspeed_config)
+    read_json(ds_config, what="a DeepSpeed config")
+    print(f"deepspeed config: {ds_config}")
+    can_write(data.output_dir, "--output-dir ")
+    cfg.faults.check_output_dir(data.output_dir)
     return 0

@@ -9,6 +9,7 @@ forward gathers the parameters from all ranks, so a rank that stopped early woul
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -162,7 +163,9 @@ def score_predictions(
     if result is None:
         return None
     predictions, _, null_odds = result
-    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=null_odds, lang=lang)
+    # A v2.0 model's null odds on a v1.1 file are written, not scored: v1.1's metrics have no threshold to search.
+    na_probs = null_odds if examples.version_2 else None
+    metrics = score(to_articles(examples.records, examples.version_2), predictions, na_probs=na_probs, lang=lang)
     if output_dir is not None:
         write_predictions(output_dir, result)
         write_json_atomic(
@@ -247,10 +250,11 @@ class Loaded(NamedTuple):
     pad_id: int
     dist: DistEnv
 
-    def answers(self, postprocess: PostprocessConfig, examples: Optional[Examples] = None) -> Optional[Predictions]:
-        """`predict` over this file's features, progress shown: the answers to its examples (or to `examples`, the
-        same questions asked another way) on rank 0, None elsewhere."""
-        asked = self.examples if examples is None else examples
+    def answers(self, settings: task.Settings) -> Optional[Predictions]:
+        """`predict` over this file's features with `settings`' answer rules, progress shown, "no answer" competing
+        where `settings.no_answer` says for this file: the answers to its examples on rank 0, None elsewhere."""
+        asked = dataclasses.replace(self.examples, version_2=settings.no_answer(self.examples.version_2))
+        postprocess = settings.postprocess
         return predict(self.module, asked, self.features, self.device, self.pad_id, postprocess, self.dist, shown=True)
 
 
@@ -283,7 +287,9 @@ def on_every_rank(
 def plan_line(file: Loaded, settings: task.Settings) -> str:
     """What a file's inference is about to do: its questions, their windows and the answer rules, and where
     each setting came from."""
-    return f"{file.examples.source}: {len(file.examples)} questions, {len(file.features)} features; {settings.line}"
+    examples = file.examples
+    no_answer = settings.no_answer_text(examples.version_2)
+    return f"{examples.source}: {len(examples)} questions, {len(file.features)} features; {settings.line}; {no_answer}"
 
 
 def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
@@ -314,7 +320,7 @@ def run(asked: Evaluation) -> int:
         if file.dist.is_main:
             out.mkdir(parents=True, exist_ok=True)
             print(plan_line(file, chosen), file=sys.stderr, flush=True)
-        result = file.answers(chosen.postprocess)
+        result = file.answers(chosen)
         return score_predictions(result, file.examples, chosen.postprocess.lang, output_dir=out)
 
     results = on_every_rank(job, model_dir, settings[0].windows, files, score_file)

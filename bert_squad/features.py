@@ -266,13 +266,28 @@ def build_features(
     )
     if cache_dir is None:
         ds = _questions(examples, name)
-        return ds.map(fn, keep_in_memory=True, remove_columns=ds.column_names, **kwargs)
+        with _no_progress_bars():  # the Answerer's questions, a call at a time: no bar for each
+            return ds.map(fn, keep_in_memory=True, remove_columns=ds.column_names, **kwargs)
     cache_file = cache.features_dir(cache_dir) / f"{name}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with distributed.rank_zero_first(dist):
         if not cache_file.is_file():  # other ranks find rank 0's, unless the cache is not shared with them
             _write_cache(_questions(examples, name), fn, kwargs, cache_file, worker_count(workers, len(examples)))
         return datasets.Dataset(MemoryMappedTable.from_file(str(cache_file)), fingerprint=name)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """datasets' progress bars off for a block, and as they were after it (a program's own choice stays)."""
+    import datasets  # heavy: not for the commands that tokenize nothing
+
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
 
 
 def feature_report(examples: Examples, train_features: datasets.Dataset) -> dict[str, int]:

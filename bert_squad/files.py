@@ -92,6 +92,32 @@ def probe_write(path: PathLike) -> None:
     scratch(path, "write-test").unlink()
 
 
+def can_write(path: PathLike, given_as: str) -> Path:
+    """`directory`'s check, then whether the directory can be written, or where it does not exist yet, the nearest
+    one above it, in which it would be made: probed with a scratch file, removed at once. Nothing is left behind:
+    for a check that a command's later work (a job's ranks, a download) will make the directory."""
+    path = directory(path, given_as)
+    existing = next(p for p in (path, *path.parents) if p.is_dir())
+    try:
+        probe_write(existing)
+    except OSError as err:
+        raise UserError(f"{path}: output dir cannot be written ({err.strerror})") from None
+    return path
+
+
+def remove_empty_dirs(root: PathLike) -> None:
+    """Every directory below `root` that holds nothing, deepest first, and `root` itself where it is left empty:
+    what a command that failed made and did not fill."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty one goes
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
 def writable_directory(path: PathLike, given_as: str) -> Path:
     """Fail before the work, not after hours of it, when an output directory cannot be written: `directory`,
     then made (the first thing a command writes) and written to once."""

@@ -69,16 +69,20 @@ def collect(asked: Inspection) -> list[dict[str, Any]]:
     examples = (
         read_squad(asked.eval_file) if asked.eval_file else load_hub_split(asked.dataset, "validation", cache_dir)
     )
-    first, count = asked.start_sample, asked.num_test_samples
-    if count <= 0 or first < 0 or first + count > len(examples):
+    first, count, total = asked.start_sample, asked.num_test_samples, len(examples)
+    if count <= 0:
+        raise UserError(f"--num-test-samples {count}: must be 1 or more")
+    if not 0 <= first < total:
         raise UserError(
-            f"{examples.source}: --start-sample {first} with --num-test-samples {count} is outside "
-            f"its {len(examples)} questions (questions 0..{len(examples) - 1})"
+            f"{examples.source}: --start-sample {first} is outside its {total} questions (questions 0..{total - 1})"
         )
     qa, settings = load_answerer(asked.model, asked.windows, asked.postprocess, "cpu", None)
+    # Up to the file's end, as a slice is: 5 questions from 230 of 232 are 230 and 231.
     chosen = Examples(examples.records[first : first + count], examples.source, examples.version_2)
     predictions, nbest, _ = qa.predict(chosen)
     print(settings, file=sys.stderr, flush=True)
+    if first + count > total:
+        print(f"{examples.source}: questions {first}..{total - 1}, its last", file=sys.stderr, flush=True)
     out = []
     for i, r in enumerate(chosen.records):
         pred = predictions[r["id"]]

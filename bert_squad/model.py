@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
-from bert_squad import files
+from bert_squad import files, outputs
 from bert_squad.errors import UserError, first_line
 
 if TYPE_CHECKING:  # transformers, torch and DeepSpeed load with the model, not for the commands that load none
@@ -338,10 +338,22 @@ def export(
     save_tokenizer(tokenizer, tmp)
     if trained is not None:
         trained.write(tmp)
+    _remove_stale(out_dir, {f.name for f in tmp.iterdir()})
     for f in tmp.iterdir():
         files.umask_mode(f)
         os.replace(f, out_dir / f.name)
     tmp.rmdir()
+
+
+def _remove_stale(out_dir: Path, written: set[str]) -> None:
+    """The files an export writes only for some models (the task it was trained for where known, the span head's
+    modelling file), left in `out_dir` by an older export and not written by this one: they describe other
+    weights, so they go before the new ones come."""
+    from bert_squad import span_head  # imports transformers: not for the commands that load no model
+
+    for name in (outputs.TASK_FILE, f"{span_head.MODULE}.py"):
+        if name not in written:
+            (out_dir / name).unlink(missing_ok=True)
 
 
 def _write_span_head(module: "PreTrainedModel", out_dir: PathLike) -> None:

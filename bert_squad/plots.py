@@ -26,14 +26,24 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
+    """The figure as `path`, whole or not at all (a figure that cannot be written leaves no scratch file)."""
     tmp = scratch(path.parent, path.name)
-    fig.savefig(tmp, dpi=120, format="png")
-    _pyplot().close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        tmp.replace(path)
+    finally:
+        _pyplot().close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 def f1_by_combination(rows: list[dict[str, Any]], path: Path) -> None:
-    """A sweep's F1 per combination: each seed a dot, the mean with its standard deviation."""
+    """A sweep's F1 per combination, as `f1_figure` draws it."""
+    _save(f1_figure(rows), path)
+
+
+def f1_figure(rows: list[dict[str, Any]]) -> Any:
+    """A sweep's F1 per combination: each seed a dot, the mean with its standard deviation (none for one seed).
+    The title in two short lines, so that a figure of one combination (a seeds-only sweep) shows it whole."""
     fig, ax = _pyplot().subplots(figsize=(max(4, 1.6 * len(rows)), 3.5))
     for i, r in enumerate(rows):
         if r["f1_values"]:
@@ -41,9 +51,9 @@ def f1_by_combination(rows: list[dict[str, Any]], path: Path) -> None:
             ax.errorbar(i, r["f1_mean"], yerr=r["f1_std"], fmt="o", color="black", capsize=4)
     ax.set_xticks(range(len(rows)), [r["combination"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("F1")
-    ax.set_title("F1 by combination (mean, standard deviation, seeds as dots)")
+    ax.set_title("F1 by combination\nmean ± standard deviation, seeds as dots", fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
+    return fig
 
 
 def training_curves(history: History, path: Path) -> None:

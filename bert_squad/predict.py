@@ -5,7 +5,6 @@ It takes evaluation's path from the model to answers (`evaluate.predict` on ever
 started, post-processing on rank 0), so on a labelled file its predictions are `evaluate`'s byte for byte.
 """
 
-import dataclasses
 import sys
 from typing import Any, NamedTuple
 
@@ -50,14 +49,11 @@ def run(asked: Prediction) -> int:
     examples = read_squad(path, labelled=False)
     model_dir = job.model_dir()
     settings = task.resolve(model_dir, job.windows, postprocess)
-    # "No answer" competes where the model was trained for it, else where the file is v2.0.
-    version_2 = settings.trained.version_2_with_negative if settings.trained else examples.version_2
-    asked_examples = dataclasses.replace(examples, version_2=version_2)
 
     def answer_file(file: Loaded) -> None:
         if file.dist.is_main:
             print(plan_line(file, settings), file=sys.stderr, flush=True)
-        result = file.answers(settings.postprocess, asked_examples)
+        result = file.answers(settings)
         if result is not None:
             write_predictions(job.output_dir, result)
             print(f"wrote predictions for {len(examples)} questions to {job.output_dir}")

@@ -19,6 +19,7 @@ from bert_squad.config import PADDINGS
 
 if TYPE_CHECKING:  # types only: importing them here would import torch's companions into every command
     from collections.abc import Mapping
+    from pathlib import Path
 
     import torch
 
@@ -107,6 +108,21 @@ def early_stop_line(step: int, patience: int, record: Best) -> str:
         f"early stopping at step {step}: {patience} evaluations without a better dev F1 than step "
         f"{record.step}'s; its model is the one saved"
     )
+
+
+def saved_line(out: Path, took: str, step: int | None, kept: Best | None) -> str:
+    """A finished run's last line: what it saved where. `step`: the step whose model was exported (None: none,
+    --no-export); `kept`: the best evaluation's record where --keep-best kept one, so the line names whose model
+    it is."""
+    if step is None:
+        return f"saved the metrics to {out}, no model (--no-export) ({took})"
+    if kept is None:
+        return f"saved model and tokenizer to {out} ({took})"
+    if kept.step == step and kept.metrics is not None:
+        whose = f"the best dev F1, {kept.metrics['f1']:.2f}"
+    else:
+        whose = f"the last step's: the export of the best step {kept.step} is gone (resumed from an older checkpoint?)"
+    return f"saved the model of step {step} ({whose}) and its tokenizer to {out} ({took})"
 
 
 def stopped_line(step: int, signum: int | None, code: int) -> str:

@@ -20,8 +20,7 @@ from typing import Any
 from bert_squad.config import PostprocessConfig, WindowConfig, from_record
 from bert_squad.errors import UserError
 from bert_squad.files import PathLike, read_json, write_json_atomic
-
-TASK_FILE = "bert_squad_task.json"
+from bert_squad.outputs import TASK_FILE
 
 
 @dataclass(frozen=True)
@@ -67,6 +66,25 @@ def recorded(model_dir: PathLike) -> Task | None:
         raise UserError(f"{path}: {err}") from None
 
 
+def recorded_mode(model_dir: PathLike, trained: Task | None) -> bool | None:
+    """Whether the model in `model_dir` was trained to answer "no answer" (SQuAD v2.0): its task record's
+    `version_2_with_negative`, else the one an export written before the record existed kept in its config.json;
+    None for a model that records neither (one from the hub)."""
+    if trained is not None:
+        return trained.version_2_with_negative
+    path = Path(model_dir) / "config.json"
+    saved = read_json(path, what="a model config") if path.is_file() else None
+    mode = saved.get("version_2_with_negative") if isinstance(saved, dict) else None
+    return mode if isinstance(mode, bool) else None
+
+
+def no_answer(recorded: bool | None, file_version_2: bool) -> bool:
+    """The one rule for whether "no answer" competes with the spans, for every command that answers: what the model
+    was trained on (`recorded`, `recorded_mode`; the file's version does not change it); for a model that records
+    nothing, the version of the file it answers (`file_version_2`: SQuAD v2.0, unanswerable questions in it)."""
+    return file_version_2 if recorded is None else recorded
+
+
 @dataclass(frozen=True)
 class Settings:
     """The windows and answer rules a command uses with a model, and where they came from."""
@@ -75,6 +93,22 @@ class Settings:
     postprocess: PostprocessConfig
     trained: Task | None  # what the model records; None for a model without the file
     line: str  # which values came from the model and which were given, for the command's plan line
+    version_2_with_negative: bool | None = None  # the model's recorded v2.0 mode (`recorded_mode`)
+
+    def no_answer(self, file_version_2: bool) -> bool:
+        """Whether "no answer" competes with the spans for this model on a file (`no_answer`)."""
+        return no_answer(self.version_2_with_negative, file_version_2)
+
+    def no_answer_text(self, file_version_2: bool) -> str:
+        """The plan line's words for `no_answer`, with the file's version checked against the model's."""
+        competes = self.no_answer(file_version_2)
+        what = '"no answer" competes' if competes else 'no "no answer"'
+        if self.version_2_with_negative is None:
+            return f"{what} (the file is SQuAD {'v2.0' if file_version_2 else 'v1.1'}; the model records no version)"
+        trained = f"trained on SQuAD {'v2.0' if competes else 'v1.1'}"
+        if file_version_2 and not competes:
+            return f"{what} ({trained}: the file's unanswerable questions are answered with a span)"
+        return f"{what} ({trained})"
 
 
 def resolve(model_dir: PathLike, windows: Mapping[str, Any], postprocess: Mapping[str, Any]) -> Settings:
@@ -99,7 +133,8 @@ def resolve(model_dir: PathLike, windows: Mapping[str, Any], postprocess: Mappin
     ]
     if trained is None:
         parts.append(f"{model_dir} records no settings of its training ({TASK_FILE})")
-    return Settings(resolved_windows, resolved_answers, trained, "; ".join(parts))
+    mode = recorded_mode(model_dir, trained)
+    return Settings(resolved_windows, resolved_answers, trained, "; ".join(parts), mode)
 
 
 def _windows_text(w: WindowConfig) -> str:

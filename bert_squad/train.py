@@ -50,7 +50,7 @@ from bert_squad import (
 )
 from bert_squad.batching import BatchPlan, Collator, feature_lengths
 from bert_squad.engine import start as start_engine
-from bert_squad.errors import UserError
+from bert_squad.errors import UserError, first_line
 from bert_squad.evaluate import predict, score_predictions
 from bert_squad.features import build_features, check_tokenizer, feature_report
 from bert_squad.files import (
@@ -128,6 +128,9 @@ class Run:
 
 def main(cfg: config.RunConfig) -> int:
     inputs = check(cfg)
+    if cfg.faults.overwrite_output_dir and inputs.dist.is_main:
+        # Before rank 0 joins the process group, so before any rank writes there: the old run's files go.
+        outputs.clear(cfg.data.output_dir)
     group = distributed.process_group(inputs.dist, cfg.faults.dist_timeout)
     with undone_if_refused(cfg.data.output_dir) as keep:  # refused by DeepSpeed's engine, it leaves nothing behind
         writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
@@ -158,6 +161,7 @@ def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
     """Everything that can be wrong with the input, found before any process group or file exists (`planning`:
     for `bert-squad config`, see `deepspeed_settings`)."""
     directory(cfg.data.output_dir, "--output-dir ")
+    cfg.faults.check_output_dir(cfg.data.output_dir)
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
@@ -454,8 +458,8 @@ def export_best(run: Run) -> None:
 
 
 def finish(run: Run) -> None:
-    """Final evaluation, the exported model (unless --no-export), and last the metrics file that marks the run
-    finished."""
+    """Final evaluation, the exported model (unless --no-export), the metrics file that marks the run finished,
+    and last its figure (a figure that fails costs the figure, never the metrics)."""
     inputs = run.inputs
     dist, out, exporting = inputs.dist, Path(inputs.cfg.data.output_dir), not inputs.cfg.data.no_export
     run.reached()
@@ -468,32 +472,25 @@ def finish(run: Run) -> None:
         evaluate_now(run, output_dir=out)
     if not dist.is_main:
         return
-    if exporting and not (kept and kept.step is not None and best.install(out, kept.step)):
+    installed = bool(exporting and kept and kept.step is not None and best.install(out, kept.step))
+    if exporting and not installed:
         assert state is not None  # rank 0 holds the whole model
         model.export(run.engine.module, state, inputs.tokenizer, inputs.stamp.task, out)
-        if kept:
-            report.log(
-                dist,
-                f"note: the export of the best step {kept.step} is gone (resumed from an older "
-                f"checkpoint?): the final step's model is saved instead",
-            )
-    draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
     write_json_atomic(out / outputs.TRAIN_METRICS, train_metrics(run, run_rates, digests))
-    took = run.history.took()
-    report.log(
-        dist,
-        f"saved model and tokenizer to {out} ({took})"
-        if exporting
-        else f"saved the metrics to {out}, no model (--no-export) ({took})",
-    )
+    draw_curves(run.history, out / outputs.TRAINING_CURVES, dist)
+    step = (kept.step if kept and installed else run.progress.step) if exporting else None
+    report.log(dist, report.saved_line(out, run.history.took(), step, kept))
 
 
 def draw_curves(history: History, path: Path, dist: distributed.DistEnv) -> None:
-    """training_curves.png, where matplotlib is installed (one log line where it is not)."""
+    """training_curves.png, where matplotlib is installed and the figure can be written (else one log line: the
+    run has finished, and its metrics are written)."""
     try:
         plots.training_curves(history, path)
     except ImportError:
         report.log(dist, f"note: {plots.MISSING.format(path.name)}")
+    except (OSError, UserError, ValueError) as err:
+        report.log(dist, f"note: {path} was not drawn ({first_line(err)}); the metrics are written")
 
 
 def train_metrics(run: Run, run_rates: dict[str, Any], digests: list[Any]) -> dict[str, Any]:
@@ -528,7 +525,10 @@ def print_config(cfg: config.RunConfig) -> int:
     in this world (features are tokenized into the cache to count the steps), as JSON on stdout (what planning
     says goes to stderr); nothing is trained. Planned where the job will not run (a login node without a GPU,
     or before the model is downloaded), it prints what resolves there and what the job needs (`needs`): a GPU,
-    the model's files, its length for the scheduler's "auto" values; the job checks those at its start."""
+    the model's files, its length for the scheduler's "auto" values; the job checks those at its start. Under a
+    launcher, rank 0 alone plans and prints: one plan, not one a rank."""
+    if not distributed.detect().is_main:
+        return 0
     with contextlib.redirect_stdout(sys.stderr):
         try:
             inputs = check(cfg, planning=True)

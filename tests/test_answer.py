@@ -170,3 +170,28 @@ def test_a_tokenizer_that_pads_on_the_left_answers_the_same(tiny_model, qa, samp
     assert qa_left.tokenizer.padding_side == "left"
     pairs = [(r["question"], r["context"]) for r in read_squad(sample_dev).records[:8]]
     assert qa_left.answer_batch(pairs, top_k=3) == qa.answer_batch(pairs, top_k=3)
+
+
+def test_the_api_shows_no_progress_bar_per_call(tiny_model):
+    """A user's script (a fresh interpreter, none of the CLI's set-up) asks twice: no progress bar of the
+    features built for each call reaches its stderr, and datasets' bars are as the script left them."""
+    import os
+    import subprocess
+
+    from helpers import PYTHON, ROOT
+
+    script = (
+        "import sys, datasets\n"
+        "from bert_squad.answer import Answerer\n"
+        "qa = Answerer.from_pretrained(sys.argv[1])\n"
+        "print('asking', file=sys.stderr, flush=True)\n"
+        "for _ in range(2):\n"
+        "    qa.answer('Who wrote it?', 'Ada wrote it in 1843.')\n"
+        "assert datasets.is_progress_bar_enabled()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if "PROGRESS" not in k}
+    done = subprocess.run(
+        [PYTHON, "-c", script, str(tiny_model)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.split("asking\n", 1)[1] == "", done.stderr[-3000:]

@@ -443,7 +443,85 @@ def test_resume_path_that_is_no_checkpoint_writes_nothing(capsys, tiny_model, sa
     out = tmp_path / "out"
     code = main(train_args(tiny_model, sample_train, out, "--resume", tmp_path / "nothing-here", windows=[]))
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "not a complete checkpoint" in err[0], err
+    assert code == 2 and err == [
+        f"bert-squad: error: {tmp_path / 'nothing-here'}: no such checkpoint ({tmp_path} holds no complete checkpoint)"
+    ], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "left, holds",
+    [
+        (["deepspeed_config.json", "train_metrics.json"], "a finished run"),
+        (["deepspeed_config.json", "checkpoints/"], "a run or a model (deepspeed_config.json, checkpoints)"),
+        (["deepspeed_config.json"], "a run or a model (deepspeed_config.json)"),
+        (["bert_squad_task.json", "config.json"], "a run or a model (bert_squad_task.json)"),
+    ],
+    ids=["finished", "stopped", "crashed", "exported"],
+)
+@pytest.mark.parametrize("command", ["train", "config", "check-cache"])
+def test_an_output_dir_that_holds_a_run_is_refused(command, left, holds, capsys, tiny_model, sample_train, tmp_path):
+    """What a run (finished, stopped at a checkpoint, crashed after its start) or an export leaves: a training
+    there, its plan and the job's cache check are refused in one line naming the directory and the ways on,
+    before anything is read or written."""
+    out = tmp_path / "out"
+    for name in left:
+        (out / name).mkdir(parents=True) if name.endswith("/") else (out.mkdir(exist_ok=True), (out / name).touch())
+    before = sorted(out.rglob("*"))
+    argv = train_args(tiny_model, sample_train, out, "--max-steps", 1, cache=tmp_path / "cache", windows=[])
+    code, err = run_cli(capsys, argv if command == "train" else [command, *argv])
+    prog = "bert-squad" if command == "train" else f"bert-squad {command}"
+    assert code == 2 and err == [
+        f"{prog}: error: --output-dir {out} holds {holds}: continue it with --resume auto, or replace it with "
+        f"--overwrite-output-dir (which removes its outputs and checkpoints first)"
+    ], err
+    assert sorted(out.rglob("*")) == before and not (tmp_path / "cache").exists()
+    code, err = run_cli(capsys, [*argv, "--resume", "auto", "--overwrite-output-dir"])
+    assert code == 2 and err == [
+        "bert-squad: error: --resume continues the run in --output-dir, --overwrite-output-dir replaces it: give one"
+    ], err
+
+
+def test_check_cache_checks_every_file_it_is_given_and_creates_nothing(capsys, tiny_model, sample_train, tmp_path):
+    """The job's fail-fast check reads each file the run names (train and eval files, the DeepSpeed config) and
+    proves the output dir can be made, leaving nothing behind: not the output dir, not a probe."""
+    out = tmp_path / "new" / "out"
+    argv = ["check-cache", "--model", str(tiny_model), "--train-file", str(sample_train), "--output-dir", str(out)]
+    code, err = run_cli(capsys, argv)
+    assert code == 0, err
+    assert list(tmp_path.iterdir()) == []
+    for extra, message in (
+        (["--eval-file", str(tmp_path / "dev.json")], f"{tmp_path / 'dev.json'}: no such file"),
+        (["--deepspeed-config", "ds_fp33"], "ds_fp33: no such DeepSpeed config"),
+        (["--train-file", str(tmp_path)], f"{tmp_path}: is a directory, not a SQuAD JSON file"),
+    ):
+        code, err = run_cli(capsys, [*argv, *extra])
+        assert code == 2 and len(err) == 1 and message in err[0], err
+    (tmp_path / "dev.json").write_text('{"data": [')
+    code, err = run_cli(capsys, [*argv, "--eval-file", str(tmp_path / "dev.json")])
+    assert code == 2 and err == [
+        f"bert-squad check-cache: error: {tmp_path / 'dev.json'}: malformed JSON at line 1 column 11: Expecting value"
+    ], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json"]
+
+
+def test_export_points_from_a_run_to_its_checkpoints_and_names_a_missing_step(capsys, tmp_path):
+    """`export --checkpoint RUN_DIR` says where the run's checkpoints are; a step that is not there says so, with
+    the ones that are."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step00000004" / "complete").write_text("{}")
+    out = tmp_path / "exported"
+    code, err = run_cli(capsys, ["export", "--checkpoint", str(run), "--output-dir", str(out)])
+    assert code == 2 and err == [
+        f"bert-squad export: error: {run}: a run's output dir, not a checkpoint: give {run / 'checkpoints'} (its "
+        f"newest checkpoint) or one of its step<N>"
+    ], err
+    missing = run / "checkpoints" / "step00000009"
+    code, err = run_cli(capsys, ["export", "--checkpoint", str(missing), "--output-dir", str(out)])
+    assert code == 2 and err == [
+        f"bert-squad export: error: {missing}: no such checkpoint (checkpoints there: step00000004)"
+    ], err
     assert not out.exists()
 
 

@@ -51,6 +51,9 @@ def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(
     r, metrics = train(tiny_model, sample_train, sample_dev, tmp_path / "full", *args)
     assert "early stopping at step 4: 3 evaluations without a better dev F1 than step 1's" in r.stdout
     assert metrics["steps"] == 4 and metrics["best_step"] == 1 and len(metrics["evals"]) == 4
+    # the last line says whose model it saved: the best step's, not the last one's
+    f1 = metrics["best_metrics"]["f1"]
+    assert f"saved the model of step 1 (the best dev F1, {f1:.2f}) and its tokenizer to {tmp_path / 'full'}" in r.stdout
     resumed = tmp_path / "resumed"
     step2 = tmp_path / "full" / "checkpoints" / "step00000002"
     r, again = train(tiny_model, sample_train, sample_dev, resumed, *args, "--resume", step2)
@@ -58,7 +61,8 @@ def test_early_stopping_ends_cleanly_and_a_resumed_run_remembers_the_best(
     # its history holds the evaluations before the checkpoint too, as the full run made them
     assert [e["step"] for e in again["evals"]] == [1, 2, 3, 4] and again["evals"][:2] == metrics["evals"][:2]
     # another output dir has none of the first run's exports: it says so and keeps the final model
-    assert "the export of the best step 1 is gone" in r.stdout and (resumed / "model.safetensors").exists()
+    assert "saved the model of step 4 (the last step's: the export of the best step 1 is gone" in r.stdout
+    assert (resumed / "model.safetensors").exists()
 
 
 def test_keep_best_needs_evaluations(tiny_model, sample_train, tmp_path):

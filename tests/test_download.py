@@ -38,7 +38,7 @@ def test_download_only_fills_the_cache_that_offline_runs_read(tiny_model, sample
     assert any(line.startswith("GET /org/tiny-bert/resolve/") for line in requests), requests
     # A compute node: offline (conftest's default), the model by its hub name from the cache, and it trains.
     r = run_bert_squad("check-cache", "--model", "org/tiny-bert", "--train-file", sample_train, "--cache-dir", cache)
-    assert r.returncode == 0 and r.stdout.strip() == f"model: {snapshot}", r.stderr
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == f"model: {snapshot}", r.stderr
     steps = ["--no-eval", "--max-steps", 1]
     r = run_bert_squad(
         *train_args(
@@ -57,4 +57,4 @@ def test_a_model_the_hub_does_not_have_is_one_line(tiny_model, tmp_path):
         f"bert-squad: error: model 'org/tiny-bret' is not on the hub {url} (or not visible without a token): "
         f"check its name"
     ], r.stderr
-    assert not (cache / "hub" / "models--org--tiny-bret").exists()
+    assert not cache.exists()  # a failed download leaves no empty cache behind

@@ -71,6 +71,14 @@ def test_json_lists_the_chosen_questions_with_their_scores(request, tiny_model, 
         assert [] in [r["answers"] for r in results]  # an unanswerable question is among them
 
 
+def test_a_range_past_the_files_end_shows_up_to_its_last_question(tiny_model, sample_dev):
+    """5 questions from the second to last: the last two, as a slice takes them, and a line says so."""
+    done = run_show(*window_args(tiny_model, sample_dev, DEV_QUESTIONS - 2, 5), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["index"] for r in json.loads(done.stdout)] == [DEV_QUESTIONS - 2, DEV_QUESTIONS - 1]
+    assert f"questions {DEV_QUESTIONS - 2}..{DEV_QUESTIONS - 1}, its last" in done.stderr
+
+
 def test_rich_view_shows_questions_references_and_a_summary(tiny_model, sample_dev):
     done = run_show(*window_args(tiny_model, sample_dev, 0, 2))
     assert done.returncode == 0, done.stderr
@@ -104,12 +112,12 @@ DEV_QUESTIONS = sum(
         (
             lambda tmp, tiny: tiny,
             100000,
-            f"--start-sample 100000 with --num-test-samples 2 is outside its {DEV_QUESTIONS} questions",
+            f"--start-sample 100000 is outside its {DEV_QUESTIONS} questions (questions 0..{DEV_QUESTIONS - 1})",
         ),
         (
             lambda tmp, tiny: tiny,
-            DEV_QUESTIONS - 1,
-            f"--start-sample {DEV_QUESTIONS - 1} with --num-test-samples 2 is outside its {DEV_QUESTIONS} questions",
+            DEV_QUESTIONS,
+            f"--start-sample {DEV_QUESTIONS} is outside its {DEV_QUESTIONS} questions",
         ),
         (encoder_dir, 0, "not a question-answering model (architectures: BertModel)"),
         (lambda tmp, tiny: tmp, 0, "not a model directory (no config.json)"),

@@ -393,7 +393,9 @@ def test_cache_check_follows_the_python_layout(tmp_path, capsys):
     cache.dataset_dir(tmp_path, "squad_v2").mkdir(parents=True)
     (cache.dataset_dir(tmp_path, "squad_v2") / "dataset_dict.json").write_text("{}")
     assert check("--model=org/bert", "--dataset", "squad_v2")[0] == 0
-    assert check("--model", "org/other", "--train-file", "x.json")[0] == 2
+    assert (
+        check("--model", "org/other", "--train-file", str(ROOT / "bert_squad" / "sample" / "train-v1.1.json"))[0] == 2
+    )
     assert check("--download-only")[0] == 2
     assert "check-cache" in JOB_SH.read_text()
 
@@ -403,7 +405,8 @@ def test_cache_check_refuses_an_output_dir_it_cannot_write(tmp_path, capsys):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    code = cli.main(["check-cache", "--model", str(model), "--train-file", "x.json", "--output-dir", "/proc/1/out"])
+    train = str(ROOT / "bert_squad" / "sample" / "train-v1.1.json")
+    code = cli.main(["check-cache", "--model", str(model), "--train-file", train, "--output-dir", "/proc/1/out"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "/proc/1/out: output dir cannot be written" in err, err
 
@@ -422,7 +425,7 @@ def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_mode
             "--model",
             "org/tiny",
             "--train-file",
-            "x.json",
+            str(ROOT / "bert_squad" / "sample" / "train-v1.1.json"),
             "--cache-dir",
             str(tmp_path / "empty"),
             "--output-dir",
@@ -434,7 +437,7 @@ def test_a_model_in_the_users_hugging_face_cache_is_found_by_name(var, tiny_mode
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"model: {snapshot}"
+    assert proc.stdout.splitlines()[0] == f"model: {snapshot}"
 
 
 def test_scripts_pass_shellcheck():
@@ -453,3 +456,37 @@ def test_scripts_pass_shellcheck():
     assert proc.returncode == 0, proc.stdout
     for path in paths:
         assert subprocess.run(["bash", "-n", str(path)], timeout=60).returncode == 0, path
+
+
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        (["--train-file", "nowhere.json", "--resume", "auto"], f"nowhere.json: no such file in {ROOT}, where the job"),
+        (
+            ["--train-file", "bert_squad/sample/train-v1.1.json", "--deepspeed-config", "ds_fp33", "--resume", "auto"],
+            f"ds_fp33: no such file in {ROOT}, where the job resolves it",
+        ),
+        (
+            ["--train-file", "bert_squad/sample/train-v1.1.json", "--requeue-job"],
+            "--requeue: the requeued job trains again into its --output-dir; add --resume auto",
+        ),
+    ],
+    ids=["train file", "config name", "requeue without resume"],
+)
+def test_a_dry_run_says_what_submit_would_refuse(extra, refused, tmp_path, monkeypatch, capsys):
+    """The dry run prints its command and, in one line on stderr, what --submit would refuse (exit 0: it may run
+    where the job's inputs are not); --submit refuses it in that line, before sbatch."""
+    monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))
+    monkeypatch.setenv("BERT_SQUAD_RUNTIME", "none")
+    monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(tmp_path))
+    sent = fake_sbatch(tmp_path, monkeypatch)
+    requeue = ["--requeue"] if "--requeue-job" in extra else []
+    argv = ["launch", "--site", "generic", *requeue, "--", "--model", "m", *[w for w in extra if w != "--requeue-job"]]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# files: ") and "sbatch " in out.splitlines()[-1]
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"note: --submit would refuse this here: {refused}")
+    assert cli.main([*argv[:3], "--submit", *argv[3:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bert-squad launch: error: {refused}"), err
+    assert not sent.exists()

@@ -31,6 +31,7 @@ VALUES = {
     "--checkpoint-every": "50",
     "--keep-checkpoints": "3",
     "--resume": "auto",
+    "--overwrite-output-dir": None,  # a switch
     "--dist-timeout": "900",
     "--compile": None,  # a switch
 }

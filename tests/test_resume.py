@@ -128,6 +128,33 @@ def test_periodic_checkpoints_keep_the_last_k_and_resume_path(tiny_model, sample
     assert r.returncode == 0 and "at step 12" in r.stdout
 
 
+def test_a_used_output_dir_is_refused_continued_or_replaced(tiny_model, sample_dev, sample_train, tmp_path):
+    """A directory of the user's own files takes a run. A second run there is refused in one line naming the
+    directory and the two ways on, nothing touched; --overwrite-output-dir replaces the first run: none of its
+    checkpoints, exported model or evaluation is left beside the new run's, and the user's file stays."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    first = ["--max-steps", 4, "--checkpoint-every", 2, "--eval-file", sample_dev]
+    r = run_bert_squad(*train_args(tiny_model, sample_train, out, *first, cache=tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert complete_tags(checkpoint_root(out)) and (out / "predictions.json").exists()
+    again = ["--max-steps", 2, "--no-export"]  # and, as ARGS say, --no-eval
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, *again))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"bert-squad: error: --output-dir {out} holds a finished run: continue it with --resume auto, or replace it "
+        f"with --overwrite-output-dir (which removes its outputs and checkpoints first)"
+    ], r.stderr
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    r = run_bert_squad(*_args(tiny_model, sample_train, out, *again, "--overwrite_output_dir"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2
+    left = sorted(p.name for p in out.iterdir())
+    assert left == ["deepspeed_config.json", "notes.txt", "train_metrics.json", "training_curves.png"], left
+    assert (out / "notes.txt").read_text() == "mine\n"
+
+
 def test_resume_auto_without_checkpoint_starts_fresh(tiny_model, sample_train, tmp_path):
     """With nothing to resume, `--resume auto` is a fresh run: the same weights as one without it."""
     runs = {}

@@ -83,7 +83,8 @@ def test_dry_run_is_one_array_job(capsys, tmp_path):
     # Every array task runs the sweep's own action (slurm/job.sh: BERT_SQUAD_SWEEP_DIR) on the training arguments.
     assert env == {"BERT_SQUAD_SWEEP_DIR": f"{tmp_path}/seeds"}
     assert argv[-len(TRAIN) - 1 :] == [str(ROOT / "slurm" / "generic.sbatch"), *TRAIN]
-    assert not (tmp_path / "seeds").exists()  # a dry run writes nothing
+    # a dry run writes the manifest alone, for `sweep run --index N` here
+    assert [p.name for p in (tmp_path / "seeds").iterdir()] == ["sweep.json"]
 
 
 def test_grid_gpus_and_parallel(capsys, tmp_path):
@@ -178,11 +179,55 @@ def test_bad_input_is_one_line_error(capsys, argv, message):
     assert last.startswith("bert-squad sweep: error:") and message in last, last
 
 
-def test_another_sweep_under_the_same_name_is_refused(capsys, tmp_path):
-    (tmp_path / "seeds").mkdir()
-    (tmp_path / "seeds" / "sweep.json").write_text(json.dumps({"train_args": [], "combinations": []}))
-    assert cli.main(["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path), "--submit"]) == 2
-    assert "a different sweep" in capsys.readouterr().err
+@pytest.mark.parametrize("used", ["submitted", "a run trained"])
+def test_another_sweep_under_the_same_name_is_refused(capsys, tmp_path, used):
+    """Once a sweep was submitted or one of its runs trained, another grid under its name is refused, at a dry
+    run too; a manifest nothing used (a dry run's) gives way to the new one."""
+    sweep_dir = tmp_path / "seeds"
+    sweep_dir.mkdir()
+    combos = sweep.combinations([], [7])
+    (sweep_dir / "sweep.json").write_text(json.dumps({"train_args": [], "combinations": combos}))
+    argv = ["sweep", "--site", "generic", "--seeds", "1", "--runs-dir", str(tmp_path)]
+    assert cli.main(argv) == 0  # a plan nobody used: replaced
+    assert json.loads((sweep_dir / "sweep.json").read_text())["combinations"][0]["seed"] == 1
+    (sweep_dir / "sweep.json").write_text(json.dumps({"train_args": [], "combinations": combos}))
+    if used == "submitted":
+        (sweep_dir / "job_id").write_text("41\n")
+    else:
+        (sweep_dir / "seed=7").mkdir()
+    for mode in ("--submit", "--dry-run"):
+        assert cli.main([*argv, mode]) == 2
+        assert "a different sweep" in capsys.readouterr().err
+    assert json.loads((sweep_dir / "sweep.json").read_text())["combinations"] == combos
+
+
+def test_a_dry_run_says_what_submit_would_refuse(capsys, tmp_path, monkeypatch):
+    """A train file the job would not find: the dry run prints its command and says, in one line, that --submit
+    would refuse it."""
+    monkeypatch.setenv("BERT_SQUAD_REPO", str(ROOT))
+    monkeypatch.setenv("BERT_SQUAD_RUNTIME", "none")
+    monkeypatch.setenv("BERT_SQUAD_SCRATCH", str(tmp_path))
+    argv = ["sweep", "--site", "generic", "--seeds", "1-2", "--runs-dir", str(tmp_path), "--", *TRAIN]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "sbatch " in out.splitlines()[-1]
+    assert f"note: --submit would refuse this here: t.json: no such file in {ROOT}, where the job" in err, err
+    assert f"bert-squad sweep run {tmp_path / 'seeds'} --index N (N from 0 to 1" in err, err
+
+
+@pytest.mark.slow
+def test_a_combination_of_a_dry_run_trains_here(capsys, tmp_path, tiny_model, sample_train):
+    """What the dry run says to try: `sweep run DIR --index N` trains that combination here as its array task
+    would, into its run directory, with its seed."""
+    train = ["--model", str(tiny_model), "--train-file", str(sample_train), "--max-steps", "1", "--no-eval"]
+    train += [*window_args(96, 16, None), "--cache-dir", str(tmp_path / "cache")]
+    argv = ["sweep", "--site", "generic", "--seeds", "3-4", "--runs-dir", str(tmp_path), "--dry-run", "--", *train]
+    assert cli.main(argv) == 0
+    shown = re.search(r"try a combination here with bert-squad (sweep run \S+ --index) N", capsys.readouterr().err)
+    assert cli.main([*shown.group(1).split(), "1"]) == 0
+    run = tmp_path / "seeds" / "seed=4"
+    assert json.loads((run / "train_metrics.json").read_text())["config"]["train"]["seed"] == 4
+    assert (run / "exit_code").read_text() == "0\n"
 
 
 def fake_sweep(tmp_path):
@@ -222,6 +267,33 @@ def test_summarize_lists_failed_and_unfinished_runs(tmp_path, capsys):
     assert "learning_rate=5e-5_seed=3 (seed 3): not finished" in md
     assert "learning_rate=3e-5_seed=3 (seed 3): failed (exit 1)" in md
     assert (tmp_path / "f1_by_combination.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_finished_seed_has_no_spread(tmp_path, capsys, monkeypatch):
+    """One finished seed of a combination measures no standard deviation: "-" in the table and empty in the CSV,
+    not a spread of 0."""
+    combos = fake_sweep(tmp_path)
+    (tmp_path / combos[1]["name"] / "train_metrics.json").unlink()  # seed 2 of learning_rate=3e-5 not finished
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli.main(["summarize", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "learning_rate=3e-5 " in line)
+    assert "40.00 ± -" in row and "50.00 ± -" in row and "± 0.00" not in row, row
+    rows = {r["combination"]: r for r in csv.DictReader((tmp_path / "summary.csv").open())}
+    first = rows["learning_rate=3e-5"]
+    assert (first["f1_mean"], first["f1_std"], first["em_std"]) == ("50.00", "", "")
+
+
+@pytest.mark.parametrize("combinations", [["default"], ["lr=3e-5", "lr=5e-5"], ["a=1", "a=2", "a=3"]])
+def test_the_figures_title_is_whole_for_a_few_combinations(combinations):
+    """f1_by_combination.png of one combination (a seeds-only sweep), two or three shows its title whole: the
+    title's drawn box lies inside the figure."""
+    from bert_squad import plots
+
+    rows = [{"combination": c, "f1_values": [80.0, 82.0], "f1_mean": 81.0, "f1_std": 1.41} for c in combinations]
+    fig = plots.f1_figure(rows)
+    fig.canvas.draw()
+    title, page = fig.axes[0].title.get_window_extent(), fig.bbox
+    assert page.x0 <= title.x0 and title.x1 <= page.x1 and page.y0 <= title.y0 and title.y1 <= page.y1, (title, page)
 
 
 def test_summarize_prints_whole_columns_to_a_file_or_pipe(tmp_path, capsys, monkeypatch):

@@ -49,6 +49,22 @@ def test_the_export_and_a_checkpoints_export_record_the_training(trained, tmp_pa
     assert json.loads((tmp_path / "exported" / TASK_FILE).read_text()) == recorded
 
 
+def test_an_export_leaves_no_task_file_of_other_weights(trained, tmp_path):
+    """A checkpoint of an older bert-squad records no task (its hf/ has no bert_squad_task.json): exported into a
+    folder that holds an older export's task file, that file goes, since it describes other weights."""
+    older = tmp_path / "older"
+    shutil.copytree(trained / "checkpoints" / "step00000003", older)
+    (older / "hf" / TASK_FILE).unlink()
+    marker = json.loads((older / "complete").read_text())
+    del marker["files"][f"hf/{TASK_FILE}"]
+    (older / "complete").write_text(json.dumps(marker))
+    out = tmp_path / "exported"
+    out.mkdir()
+    (out / TASK_FILE).write_text((trained / TASK_FILE).read_text().replace("96", "384"))
+    run_ok("export", "--checkpoint", older, "--output-dir", out)
+    assert (out / "model.safetensors").is_file() and not (out / TASK_FILE).exists()
+
+
 def test_evaluate_and_predict_answer_as_the_run_did(trained, sample_dev, tmp_path):
     r = run_ok("evaluate", "--model-dir", trained, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval")
     for name in ("predictions.json", "nbest_predictions.json"):
@@ -59,8 +75,39 @@ def test_evaluate_and_predict_answer_as_the_run_did(trained, sample_dev, tmp_pat
     assert "windows 96/24, questions up to 20 tokens (as trained)" in r.stderr
     assert "answers up to 6 tokens, n-best 7, null threshold 0 (as trained)" in r.stderr
     unlabelled = without_answers(sample_dev, tmp_path / "unlabelled.json")
-    run_ok("predict", "--model-dir", trained, "--input", unlabelled, "--output-dir", tmp_path / "pred")
+    r = run_ok("predict", "--model-dir", trained, "--input", unlabelled, "--output-dir", tmp_path / "pred")
     assert (tmp_path / "pred" / "predictions.json").read_bytes() == (trained / "predictions.json").read_bytes()
+    # no answer option was typed: none is "given"
+    assert "answers up to 6 tokens, n-best 7, null threshold 0 (as trained)" in r.stderr and "(given" not in r.stderr
+
+
+def test_a_v1_model_answers_a_v2_file_alike_in_every_command(trained, sample_dev_v2, tmp_path):
+    """One rule for "no answer": the model's record. A model trained on v1.1 answers a labelled v2.0 file with
+    a span for every question in evaluate, predict and bert-squad-test alike (the file's version is only
+    checked, and said), and none of them writes null odds."""
+    r = run_ok("evaluate", "--model-dir", trained, "--eval-file", sample_dev_v2, "--output-dir", tmp_path / "eval")
+    assert 'no "no answer" (trained on SQuAD v1.1: the file\'s unanswerable questions are answered' in r.stderr
+    assert "NoAns_total" in json.loads(r.stdout.splitlines()[-1])  # scored as the v2.0 file it is
+    run_ok("predict", "--model-dir", trained, "--input", sample_dev_v2, "--output-dir", tmp_path / "pred")
+    evaluated = (tmp_path / "eval" / "predictions.json").read_bytes()
+    assert (tmp_path / "pred" / "predictions.json").read_bytes() == evaluated
+    assert not (tmp_path / "eval" / "null_odds.json").exists() and not (tmp_path / "pred" / "null_odds.json").exists()
+    shown = run_ok("test", "--model-dir", trained, "--eval-file", sample_dev_v2, "--num-test-samples", 40, "--json")
+    assert {q["id"]: q["prediction"] for q in json.loads(shown.stdout)}.items() <= json.loads(evaluated).items()
+
+
+def test_a_v2_model_exported_before_the_task_record_keeps_its_no_answer_mode(trained, sample_dev, tmp_path):
+    """An export written before bert_squad_task.json kept its v2.0 mode in config.json: read as the record, so
+    "no answer" competes on any file, in evaluate and predict alike."""
+    older = tmp_path / "older"
+    shutil.copytree(trained, older, ignore=shutil.ignore_patterns("checkpoints", TASK_FILE))
+    model_config = json.loads((older / "config.json").read_text())
+    (older / "config.json").write_text(json.dumps(dict(model_config, version_2_with_negative=True)))
+    r = run_ok("evaluate", "--model-dir", older, "--eval-file", sample_dev, "--output-dir", tmp_path / "eval")
+    assert '"no answer" competes (trained on SQuAD v2.0)' in r.stderr
+    run_ok("predict", "--model-dir", older, "--input", sample_dev, "--output-dir", tmp_path / "pred")
+    for name in ("predictions.json", "null_odds.json"):
+        assert (tmp_path / "pred" / name).read_bytes() == (tmp_path / "eval" / name).read_bytes(), name
 
 
 def test_an_option_given_wins_and_the_plan_line_says_so(trained, sample_dev, tmp_path):

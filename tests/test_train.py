@@ -4,14 +4,18 @@ a GPU; these assume a CPU-only host: device cpu, gloo, two ranks sharing it.)"""
 import json
 import math
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import (
     MPIRUN,
+    PYTHON,
     ROOT,
     TINY_WINDOWS,
     assert_same_weights,
+    free_port,
     inference_args,
     put_in_hub_cache,
     run_bert_squad,
@@ -315,8 +319,9 @@ def test_offline_run_from_cache_by_hub_names(tiny_model, sample_train, sample_de
 
 def test_download_only_without_network_is_one_clear_line(tmp_path):
     env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
-    r = run_bert_squad("--download-only", "--model", "bert-base-uncased", "--cache-dir", tmp_path, env=env, timeout=120)
-    assert r.returncode == 2
+    cache = tmp_path / "cache"
+    r = run_bert_squad("--download-only", "--model", "bert-base-uncased", "--cache-dir", cache, env=env, timeout=120)
+    assert r.returncode == 2 and not cache.exists()  # a failed download leaves no empty cache behind
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("bert-squad: error: cannot reach the Hugging Face hub for model 'bert-base-uncased'")
     assert "Traceback" not in r.stderr
@@ -471,3 +476,33 @@ def test_options_given_with_a_written_config_decide_its_schedule(tiny_model, sam
     params = trained["deepspeed_config"]["scheduler"]["params"]
     assert (params["total_num_steps"], params["warmup_num_steps"], params["warmup_max_lr"]) == (4, 2, 3e-5)
     assert trained["deepspeed_config"]["optimizer"]["params"]["lr"] == 3e-5 and trained["steps"] == 4
+
+
+def test_a_figure_that_cannot_be_drawn_costs_the_figure_not_the_metrics(tiny_model, sample_train, tmp_path):
+    """training_curves.png cannot be written (a directory holds its name): the run still finishes, its
+    train_metrics.json written, one note line says what was not drawn, and no scratch file of it is left."""
+    out = tmp_path / "out"
+    (out / "training_curves.png").mkdir(parents=True)
+    r = tiny_run(tiny_model, sample_train, tmp_path, "--max-steps", 2, "--no-eval")
+    assert json.loads((out / "train_metrics.json").read_text())["steps"] == 2
+    assert f"note: {out / 'training_curves.png'} was not drawn" in r.stdout, r.stdout[-2000:]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".training_curves")]
+
+
+def test_config_under_torchrun_prints_one_plan(tiny_model, sample_train, tmp_path):
+    """docs/usage.md's torchrun line (`--no-python` and the console script) on `config`: two ranks, one plan,
+    whose world is the launcher's two."""
+    bin_dir = Path(PYTHON).parent
+    args = train_args(tiny_model, sample_train, tmp_path / "out", *TINY_ARGS, cache=tmp_path / "cache")
+    cmd = [bin_dir / "torchrun", "--nproc-per-node", "2", "--master-port", free_port(), "--no-python"]
+    r = subprocess.run(
+        [*map(str, cmd), str(bin_dir / "bert-squad"), "config", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(r.stdout)  # one JSON document: a second rank's would follow it
+    assert plan["world_size"] == 2 and plan["total_steps"] > 0
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from bert_squad import config, dsconfig
 from bert_squad.errors import UserError
@@ -263,6 +263,25 @@ def check_job_inputs(submission: Submission, train_args: list[str]) -> None:
         raise UserError(f"{missing[0]}: no such file in {repo}, where the job resolves it")
 
 
+def check_requeue(spec: JobSpec, train_args: list[str]) -> None:
+    """A job that requeues itself trains again into the output dir its first part wrote: without --resume the
+    run there refuses it (outputs.refuse_used), so it is refused here, at submit time."""
+    if spec.requeue and not training_args(train_args).resume:
+        raise UserError(
+            "--requeue: the requeued job trains again into its --output-dir; add --resume auto to the training "
+            "arguments so that it continues there"
+        )
+
+
+def preview(check: Callable[[], None]) -> None:
+    """A dry run's look at what --submit would refuse (`check`, --submit's own checks): one line on stderr; the
+    dry run still prints its command and succeeds, since it may run where the job's inputs are not."""
+    try:
+        check()
+    except UserError as err:
+        print(f"note: --submit would refuse this here: {err}", file=sys.stderr)
+
+
 def check_container_inputs(submission: Submission, repo: Path) -> None:
     """Run the site script here, with the job's environment, up to the end of slurm/job.sh's `inputs` part
     (BERT_SQUAD_CHECK_ONLY): one definition of what the job needs, refused before sbatch with the line the job
@@ -328,9 +347,16 @@ def parse(argv: list[str]) -> Launch:
 
 def run(asked: Launch) -> int:
     submission = sbatch_command(asked.job, asked.train_args)
+    train_args = asked.train_args or load_site(asked.job.site).default_args
+
+    def checks() -> None:
+        check_requeue(asked.job, train_args)
+        check_job_inputs(submission, train_args)
+
     if not asked.submit:
         sys.stdout.write(submission.shown())
+        preview(checks)
         return 0
-    check_job_inputs(submission, asked.train_args or load_site(asked.job.site).default_args)
+    checks()
     submit(submission)
     return 0

@@ -77,7 +77,7 @@ def collect(sweep_dir: PathLike) -> tuple[Any, list[dict[str, Any]], list[tuple[
             row.update(
                 {
                     f"{key}_mean": statistics.fmean(values) if values else None,
-                    f"{key}_std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
+                    f"{key}_std": statistics.stdev(values) if len(values) > 1 else None,  # one seed: no spread
                     f"{key}_min": min(values, default=None),
                     f"{key}_max": max(values, default=None),
                 }
@@ -153,10 +153,10 @@ def table_of(title: str, rows: list[dict[str, Any]]) -> Table:
     ):
         table.add_column(col, justify="left" if col in ("combination", "seeds") else "right")
 
-    def pair(
-        a: Optional[float], b: Optional[float], sep: str
-    ) -> str:  # "-" for runs without the value (not finished, or trained with --no-eval)
-        return "-" if a is None else f"{a:.2f}{sep}{b:.2f}"
+    def pair(a: Optional[float], b: Optional[float], sep: str) -> str:
+        """A dash for what no run measured: no value (not finished, or trained with --no-eval), or no spread
+        (one seed)."""
+        return "-" if a is None else f"{a:.2f}{sep}{'-' if b is None else f'{b:.2f}'}"
 
     for r in rows:
         speed, wall = r["samples_per_second"], r["wall_time_s"]

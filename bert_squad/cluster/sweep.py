@@ -211,12 +211,7 @@ def submit(sweep: Sweep) -> int:
     """Write the manifest and submit the array of the runs not finished yet (or print its script)."""
     manifest, sweep_dir = sweep.manifest, sweep.sweep_dir
     old = sweep_dir / MANIFEST
-    if old.exists():
-        previous = load_manifest(sweep_dir)
-        if (previous["train_args"], previous["combinations"]) != (manifest["train_args"], manifest["combinations"]):
-            raise UserError(
-                f"{old}: a different sweep (other grid, seeds or training arguments) lives here; choose another --name"
-            )
+    check_manifest(sweep_dir, manifest)
     todo = [c["index"] for c in manifest["combinations"] if not outputs.finished(sweep_dir / c["name"])]
     total = len(manifest["combinations"])
     print(
@@ -236,8 +231,7 @@ def submit(sweep: Sweep) -> int:
         sweep.job, manifest["train_args"], extra, {"BERT_SQUAD_SWEEP_DIR": str(sweep_dir)}
     )
     if not sweep.submit:
-        sys.stdout.write(submission.shown())
-        return 0
+        return dry_run(sweep, submission)
     launch.check_job_inputs(submission, manifest["train_args"])
     job_file = sweep_dir / JOB_FILE
     if job_file.exists():
@@ -256,6 +250,39 @@ def submit(sweep: Sweep) -> int:
     if submitted:
         write_text_atomic(job_file, submitted + "\n")
     return 0
+
+
+def dry_run(sweep: Sweep, submission: launch.Submission) -> int:
+    """The array's sbatch command, and what --submit would refuse; the manifest written, so that `sweep run
+    --index N` trains a combination here as its array task would."""
+    manifest, sweep_dir = sweep.manifest, sweep.sweep_dir
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(sweep_dir / MANIFEST, manifest)
+    sys.stdout.write(submission.shown())
+    print(
+        f"wrote {sweep_dir / MANIFEST}: try a combination here with bert-squad sweep run "
+        f"{shlex.quote(str(sweep_dir))} --index N (N from 0 to {len(manifest['combinations']) - 1}; sweep.json "
+        f"names each)",
+        file=sys.stderr,
+    )
+    launch.preview(lambda: launch.check_job_inputs(submission, manifest["train_args"]))
+    return 0
+
+
+def check_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
+    """A different sweep (grid, seeds or training arguments) under this name is refused once it has been
+    submitted or has run; a manifest nothing has used yet (a dry run's) is only a plan, and gives way."""
+    old = sweep_dir / MANIFEST
+    if not old.exists():
+        return
+    previous = load_manifest(sweep_dir)
+    if (previous["train_args"], previous["combinations"]) == (manifest["train_args"], manifest["combinations"]):
+        return
+    runs = [sweep_dir / str(c.get("name", "")) for c in previous.get("combinations", []) if isinstance(c, dict)]
+    if (sweep_dir / JOB_FILE).exists() or any(run.is_dir() and run != sweep_dir for run in runs):
+        raise UserError(
+            f"{old}: a different sweep (other grid, seeds or training arguments) lives here; choose another --name"
+        )
 
 
 @dataclass(frozen=True)
