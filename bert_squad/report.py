@@ -109,6 +109,13 @@ def early_stop_line(step: int, patience: int, record: Best) -> str:
     )
 
 
+def stopping_line(signum: int) -> str:
+    """What a run says when it first sees a stop request (`signum`): a second Ctrl-C is the way out at once."""
+    if signum == signal.SIGINT:
+        return "Ctrl-C: stopping at the next step every rank checks, with a checkpoint; Ctrl-C again aborts"
+    return f"signal {signal.Signals(signum).name}: stopping at the next step every rank checks, with a checkpoint"
+
+
 def stopped_line(step: int, signum: int | None, code: int) -> str:
     """The last line of a run stopped by a signal (`signum`; None: another rank's), with the resume hint."""
     why = f"signal {signal.Signals(signum).name}" if signum else "signal on another rank"

@@ -12,7 +12,6 @@ libraries below load with the process set up, and `--help` loads none of them.
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import signal
@@ -333,8 +332,7 @@ def loop(run: Run) -> int:
     clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
     scaler = engine.torch_autocast_z0_gradscaler  # fp16 autocast at ZeRO stage 0: torch's loss scaler
     stop_check = distributed.StopCheck(progress.step)
-    say = functools.partial(report.log, dist)
-    with StopRequest(say) as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
+    with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
             for batch in micro_batches:
@@ -357,6 +355,8 @@ def loop(run: Run) -> int:
                 if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
                     report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
                     break
+            if (signum := stop.first_seen()) is not None:  # the handler only records a signal (no I/O there)
+                shown.log(report.stopping_line(signum))
             # stop check: ranks look at the log steps and about every 10 s between, the same steps on every rank
             # (StopCheck), so a signal stops all at one step with no collective after every step
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
