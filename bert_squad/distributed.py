@@ -291,20 +291,22 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     if device.type != "cpu":
         acc.set_device(device.index)
     timeout = timedelta(seconds=timeout_s)
-    td.init_process_group(
-        acc.communication_backend_name(),
-        store=rendezvous(dist, timeout),
-        rank=dist.rank,
-        world_size=dist.world_size,
-        timeout=timeout,
-        # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not on a peer's, nor for one rank)
-        device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
-    )
-    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout)
-    log = transport.asked()
-    if log:
-        barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
-        transport.report(dist.rank, log)
+    with transport.debug_file(device.type != "cpu") as log:  # which network the collectives come up on
+        td.init_process_group(
+            acc.communication_backend_name(),
+            store=rendezvous(dist, timeout),
+            rank=dist.rank,
+            world_size=dist.world_size,
+            timeout=timeout,
+            # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not a peer's, nor for one rank)
+            device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
+        )
+        deepspeed.init_distributed(
+            dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout
+        )
+        if log:
+            barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
+            transport.report(dist.rank, log)
     return device
 
 
