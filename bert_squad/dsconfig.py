@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import KeysView, Mapping
+from collections.abc import Collection, KeysView, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -44,11 +44,12 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there
 # Monitor sections DeepSpeed writes files for (an empty output_path means: relative to the working directory).
 FILE_MONITORS = ("tensorboard", "csv_monitor")
 MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+MONITORS = ("tensorboard", "csv_monitor", "wandb", "comet")  # DeepSpeed's monitor sections
 # The sections read here, which must be objects with object params.
 SECTIONS = ("fp16", "bf16", "torch_autocast", "zero_optimization", "optimizer", "scheduler")
 # The sections the run acts on that DeepSpeed reads through a pydantic model: where DeepSpeed's reading keeps each.
 MODELS = {"fp16": "float16_config", "bf16": "bfloat16_config", "bfloat16": "bfloat16_config"}
-MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in (*FILE_MONITORS, "wandb", "comet")})
+MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in MONITORS})
 
 # Values the run acts on that DeepSpeed takes as JSON gives them, unchecked (no model of its reads them): each must
 # be of its kind, or the engine would act on a string ("no" is true) or divide by a zero.
@@ -411,11 +412,13 @@ def settings(
     device: Optional["torch.device"],
     learning_rate: Optional[float] = None,
     micro_batch_size: Optional[int] = None,
+    gradient_accumulation_steps: Optional[int] = None,
+    monitors: Optional[Collection[str]] = None,
     output_dir: PathLike = ".",
 ) -> Settings:
     """`raw` (from `load`) checked for this world size on `device`, the run's (None: a plan on a machine without
     the job's GPU, where what needs the job's device becomes one of `Settings.needs`), with its batch and learning
-    rate decided."""
+    rate decided; `monitors`: the monitor sections turned on, every other one off (None: the file's)."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
             raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
@@ -432,6 +435,15 @@ def settings(
         # The global batch follows from the new micro batch by the batch rule, not from the file's total.
         cfg.pop("train_batch_size", None)
         cfg["train_micro_batch_size_per_gpu"] = micro_batch_size
+    if gradient_accumulation_steps is not None:  # likewise; the micro batch stays the file's (or the option's)
+        cfg["train_micro_batch_size_per_gpu"] = _batch(cfg, path, world_size).micro
+        cfg.pop("train_batch_size", None)
+        cfg["gradient_accumulation_steps"] = gradient_accumulation_steps
+    if monitors is not None:  # these monitors on, every other one the file turns on off
+        for name in MONITORS:
+            section = cfg.get(name, {})
+            if isinstance(section, dict) and (name in monitors or section.get("enabled")):
+                cfg[name] = {**section, "enabled": name in monitors}
     batch = _batch(cfg, path, world_size)
     cfg.update(train_micro_batch_size_per_gpu=batch.micro, gradient_accumulation_steps=batch.accumulation)
     reading = Reading.of(cfg, path)
