@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional, TypeVar, cast
 
-from bert_squad import commands
+from bert_squad import __version__, commands
 from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
@@ -530,6 +530,7 @@ def training_parser(prog: str = TRAINING[0], description: str = TRAINING[1]) -> 
     """The training options' parser; the commands that take a training run's arguments (config, download,
     check-cache) give their own name and description."""
     p = ArgumentParser(prog=prog, description=description)
+    p.add_argument("--version", action="version", version=f"bert-squad {__version__}")
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's

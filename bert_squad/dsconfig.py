@@ -144,7 +144,22 @@ def locate(name_or_path: PathLike, base: PathLike = ".") -> Path:
     shipped = SHIPPED_DIR / (path.name if path.suffix == ".json" else path.name + ".json")
     if path.parent == Path(".") and shipped.is_file():
         return shipped
-    raise UserError(f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of {', '.join(shipped_names())})")
+    raise UserError(
+        f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of {', '.join(shipped_names())})"
+        + _nearest_config(path, Path(base))
+    )
+
+
+def _nearest_config(path: Path, base: Path) -> str:
+    """The end of `locate`'s refusal that names the config nearest the one not found: a shipped one for a bare
+    name, else a JSON file in the folder the path names; nothing where none is near."""
+    if path.parent == Path("."):
+        close = difflib.get_close_matches(path.stem, shipped_names(), n=1)
+    else:
+        folder = base / path.parent
+        stems = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        close = [str(path.parent / f"{stem}.json") for stem in difflib.get_close_matches(path.stem, stems, n=1)]
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def load(name_or_path: PathLike) -> dict[str, Any]:

@@ -385,6 +385,16 @@ def test_a_config_is_named_by_one_rule_from_where_the_run_starts(tmp_path):
     for name in ("configs/mine.json", "ds_bf16.txt", "other/ds_bf16.json"):
         with pytest.raises(UserError, match="no such DeepSpeed config"):
             locate(name)  # not in this directory
+    # A name that is neither: the nearest shipped name, or the nearest JSON file in the folder named.
+    for name, nearest in (
+        ("ds_bf61", "ds_bf16"),
+        ("ds_zero_3.json", "ds_zero3"),
+        ("configs/mien.json", "configs/mine.json"),
+    ):
+        with pytest.raises(UserError, match=f"; did you mean '{nearest}'\\?$"):
+            locate(name, base=tmp_path)
+    with pytest.raises(UserError, match=r"ds_zero2, ds_zero3\)$"):  # nothing near
+        locate("configs/other.json", base=tmp_path)
 
 
 UNCACHED = "google-bert/bert-not-in-the-cache"  # a hub name no test downloads
