@@ -387,7 +387,7 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
             .err.strip()
             .endswith(
                 "training arguments: configs/ds_fp33.json: no such DeepSpeed config (a JSON file, or one of ds_bf16, "
-                "ds_fp16, ds_fp32, ds_zero2, ds_zero3)"
+                "ds_fp16, ds_fp32, ds_zero2, ds_zero3); did you mean 'configs/ds_fp32.json'?"  # in the checkout
             )
         )
         assert cli.main([*argv[:-4], "--train-file", "nowhere.json"]) == 2
