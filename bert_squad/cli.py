@@ -7,17 +7,19 @@ from any of them is one line on stderr and exit code 2, so a batch log shows the
 (unless --debug).
 """
 
+import difflib
 import importlib
 import sys
 from typing import Any, Callable, Optional
 
 from bert_squad import runtime
-from bert_squad.commands import ALIASES, COMMANDS
-from bert_squad.errors import debug_requested, exit_code
+from bert_squad.commands import ALIASES, COMMANDS, listed
+from bert_squad.errors import UserError, debug_requested, exit_code
 
 
 def split_command(argv: list[str]) -> tuple[str, list[str], str]:
-    """(command, the command's arguments, the words that named it: none for training and its aliases)."""
+    """(command, the command's arguments, the words that named it: none for training and its aliases). A first
+    word that is no option and names no command is refused: training takes options only."""
     for alias, name in ALIASES.items():
         if alias in argv and not (argv and argv[0] in COMMANDS):
             return name, [a for a in argv if a != alias], ""
@@ -25,6 +27,10 @@ def split_command(argv: list[str]) -> tuple[str, list[str], str]:
         n = len(words.split())
         if argv[:n] == words.split():
             return words, argv[n:], words
+    if argv and not argv[0].startswith("-"):
+        close = difflib.get_close_matches(argv[0], listed(), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"the commands: {', '.join(listed())}"
+        raise UserError(f"unknown command '{argv[0]}' ({hint}); training takes options only (bert-squad --help)")
     return "train", argv, ""
 
 
@@ -47,8 +53,13 @@ def run(name: str, args: list[str], prog: str) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    name, args, words = split_command(list(sys.argv[1:] if argv is None else argv))
-    return run(name, args, " ".join(["bert-squad", words]).strip())
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def split_and_run() -> int:
+        name, args, words = split_command(argv)
+        return run(name, args, " ".join(["bert-squad", words]).strip())
+
+    return exit_code(split_and_run, "bert-squad", debug_requested(argv, strict=False))
 
 
 def bert_squad_test(argv: Optional[list[str]] = None) -> int:

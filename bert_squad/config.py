@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional, TypeVar, cast
 
-from bert_squad import commands, outputs
+from bert_squad import __version__, commands, outputs
 from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
@@ -188,6 +188,10 @@ class PostprocessConfig:
         _within(self, ["null_score_diff_threshold"], "a finite number")
 
 
+# --report-to's choices, each with the DeepSpeed monitor sections it turns on (every other one off)
+REPORT_TO = {"tensorboard": ("tensorboard",), "wandb": ("wandb",), "csv": ("csv_monitor",), "none": ()}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """training"""
@@ -196,8 +200,8 @@ class TrainConfig:
         "ds_fp32",
         "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, ds_zero2, ds_zero3) or a JSON file",
         metavar="NAME_OR_FILE",
-        aliases=("--deepspeed_config",),
-    )  # DeepSpeed's own scripts spell it so
+        aliases=("--deepspeed_config", "--deepspeed"),
+    )  # DeepSpeed's own scripts spell it so; Hugging Face's Trainer takes the file as --deepspeed
     epochs: float = option(2.0, "passes over the training features", aliases=("--num_train_epochs",))
     max_steps: int = option(
         0, "train this many optimizer steps, whatever --epochs says (0: --epochs decide)", aliases=("--max_steps",)
@@ -207,6 +211,11 @@ class TrainConfig:
         None,
         "overrides the config's train_micro_batch_size_per_gpu: the samples one device computes at once",
         aliases=("--per_device_train_batch_size",),
+    )
+    gradient_accumulation_steps: Optional[int] = option(
+        None,
+        "overrides the config's gradient_accumulation_steps: the micro batches of one optimizer step",
+        aliases=("--gradient_accumulation_steps",),
     )
     warmup_ratio: Optional[float] = option(
         None,
@@ -226,6 +235,13 @@ class TrainConfig:
         "with --eval-every: end the run after N evaluations without a better dev F1, keeping the best model (0: never)",
     )
     log_every: int = option(20, "log a line every N optimizer steps", aliases=("--logging_steps",))
+    report_to: Optional[str] = option(
+        None,
+        "the DeepSpeed monitor the log lines' loss, lr and throughput also go to (csv: csv_monitor; none: no "
+        "monitor), turned on in the run's config and every other one off (default: the config's monitors)",
+        choices=list(REPORT_TO),
+        aliases=("--report_to",),
+    )
     dropout: Optional[float] = option(
         None,
         "dropout rate of the hidden states: every dropout in the model's config but attention's (default: its own)",
@@ -237,14 +253,20 @@ class TrainConfig:
     )
 
     @property
+    def monitors(self) -> Optional[tuple[str, ...]]:
+        """The DeepSpeed monitor sections --report-to turns on, every other one off (None: as the config says)."""
+        return None if self.report_to is None else REPORT_TO[self.report_to]
+
+    @property
     def keeps_best(self) -> bool:
         """Whether the run tracks the best evaluation: --keep-best, or --early-stopping that keeps it."""
         return self.keep_best or self.early_stopping > 0
 
     def __post_init__(self) -> None:
         _positive(self, "log_every")
-        if self.micro_batch_size is not None:
-            _positive(self, "micro_batch_size")
+        for name in ("micro_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
         _within(self, ["epochs", "max_steps", "eval_every", "early_stopping"], "a finite number, 0 or more", low=0)
         if self.keeps_best and not self.eval_every:
             flag = "--keep-best" if self.keep_best else "--early-stopping"
@@ -321,9 +343,15 @@ class SpeedConfig:
         "fp32 matrix products on an NVIDIA GPU's tensor cores in TF32 (10-bit mantissa), as Hugging Face's --tf32",
     )
     peak_tflops: Optional[float] = option(None, "device peak for MFU when not in the built-in table")
+    per_device_eval_batch_size: int = option(
+        64,
+        "the eval windows one device runs at once, in a training's evaluation and in evaluate and predict",
+        aliases=("--per_device_eval_batch_size",),
+    )
 
     def __post_init__(self) -> None:
         _within(self, ["peak_tflops"], "a positive number of TFLOP/s", low=1e-6)
+        _positive(self, "per_device_eval_batch_size")
 
 
 @dataclass(frozen=True)
@@ -522,6 +550,7 @@ def training_parser(prog: str = TRAINING[0], description: str = TRAINING[1]) -> 
     """The training options' parser; the commands that take a training run's arguments (config, download,
     check-cache) give their own name and description."""
     p = ArgumentParser(prog=prog, description=description)
+    p.add_argument("--version", action="version", version=f"bert-squad {__version__}")
     for cls in TRAINING_GROUPS.values():
         add_options(p, cls)
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # the deepspeed launcher's

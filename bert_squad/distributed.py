@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import socket
 import time
 import zlib
@@ -40,6 +41,13 @@ class DistEnv:
     master_port: int
     launcher: str  # which variables told us: env, mpirun, pmi, srun or single
     run: str  # which run of which job the ranks are (`run_name`), checked where they meet (`rendezvous`)
+    retries: tuple[int, ...] = ()  # where the rendezvous tries next, in order, if master_port is taken (`retries`)
+    attempt: int = 0  # torchrun's restart count (TORCHELASTIC_RESTART_COUNT): an attempt's rank claims its own
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Where the rendezvous tries, in order."""
+        return (self.master_port, *self.retries)
 
     @property
     def is_main(self) -> bool:
@@ -68,6 +76,23 @@ def job_port(job_id: int, step: int | None = None) -> int:
     those instead (`step_port`)."""
     key = 0 if step is None else 1 + step
     return JOB_BASE + (JOB_KEYS * job_id + key) % JOB_PORTS
+
+
+RETRIES = 3  # the ports a run tries after its own, where that is taken
+
+
+def retries(first: int) -> tuple[int, ...]:
+    """The ports a run's rendezvous tries, in order, where its own (`first`, from `job_port`, `mpirun_port` or the
+    default) is taken: RETRIES of them, the same on every rank (derived from `first` alone) and spread over the
+    rendezvous ports, so that a port another run holds (a job's step 7 or later takes a later job's: `job_port`)
+    costs a retry, not the run. At each the run's identity is checked (`rendezvous`)."""
+    ports, i = [first], 0
+    while len(ports) <= RETRIES:
+        i += 1
+        port = JOB_BASE + zlib.crc32(f"{first}/{i}".encode()) % (JOB_PORTS + MPIRUN_PORTS)
+        if port not in ports:
+            ports.append(port)
+    return tuple(ports[1:])
 
 
 def mpirun_port(namespace: str) -> int:
@@ -136,8 +161,10 @@ def detect(env: Mapping[str, str] | None = None) -> DistEnv:
             break
     else:
         launcher, rank, size, local = "single", 0, 1, 0
-    addr, port = _master(env, size)
-    return DistEnv(rank, size, local, addr, port, launcher, run_name(env, size))
+    addr, port, derived = _master(env, size)
+    attempt = env_number(env, "TORCHELASTIC_RESTART_COUNT") if "TORCHELASTIC_RESTART_COUNT" in env else 0
+    again = retries(port) if derived else ()
+    return DistEnv(rank, size, local, addr, port, launcher, run_name(env, size), again, attempt)
 
 
 def env_number(env: Mapping[str, str], name: str, low: int = 0, high: int | None = None, of: str = "") -> int:
@@ -180,18 +207,21 @@ def slurm_rendezvous(env: Mapping[str, str], size: int) -> tuple[str, int] | Non
 def run_name(env: Mapping[str, str], size: int) -> str:
     """The run the `size` ranks are, as each of them names it alike from its launcher's variables, for the
     rendezvous to tell its own ranks from a stranger's: "job 4242 step 3 (2 ranks)", "job 4242 mpirun
-    1333723137 (2 ranks)", "mpirun 1333723137 (2 ranks)" outside Slurm, "a run (2 ranks)" where nothing names
-    it."""
+    1333723137 (2 ranks)", "mpirun 1333723137 (2 ranks)" outside Slurm, "torchrun <its run id> (2 ranks)" (the
+    rendezvous id, a fresh one for each --standalone run), "a run (2 ranks)" where nothing names it."""
     names = [f"job {env['SLURM_JOB_ID']}"] if "SLURM_JOB_ID" in env else []
     if names and _srun_step(env, size):
         names.append(f"step {env['SLURM_STEP_ID']}")
     elif "PMIX_NAMESPACE" in env:
         names.append(f"mpirun {env['PMIX_NAMESPACE']}")
+    if "TORCHELASTIC_RUN_ID" in env:
+        names.append(f"torchrun {env['TORCHELASTIC_RUN_ID']}")
     return f"{' '.join(names) or 'a run'} ({size} ranks)"
 
 
-def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
-    """MASTER_ADDR and MASTER_PORT: as exported, else from Slurm's step or job, else this machine."""
+def _master(env: Mapping[str, str], size: int) -> tuple[str, int, bool]:
+    """MASTER_ADDR and MASTER_PORT: as exported, else from Slurm's step or job, else this machine; and whether
+    the port is derived by a rule that others may meet (`retries`), not given (exported, reserved by Slurm)."""
     slurm = None if "MASTER_ADDR" in env and "MASTER_PORT" in env else slurm_rendezvous(env, size)
     if "MASTER_ADDR" in env:
         addr = env["MASTER_ADDR"]
@@ -207,14 +237,12 @@ def _master(env: Mapping[str, str], size: int) -> tuple[str, int]:
             "(under Slurm each rank takes the first node of its step, or of its job under mpirun)"
         )
     if "MASTER_PORT" in env:
-        port = env_number(env, "MASTER_PORT", low=1, high=65535)
-    elif slurm:
-        port = slurm[1]
-    elif "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
-        port = mpirun_port(env["PMIX_NAMESPACE"])
-    else:
-        port = DEFAULT_PORT if size > 1 else _free_port()
-    return addr, port
+        return addr, env_number(env, "MASTER_PORT", low=1, high=65535), False
+    if slurm:
+        return addr, slurm[1], "SLURM_STEP_RESV_PORTS" not in env or not _srun_step(env, size)
+    if "PMIX_NAMESPACE" in env and size > 1:  # mpirun outside Slurm: two of them on one machine must not meet
+        return addr, mpirun_port(env["PMIX_NAMESPACE"]), True
+    return (addr, DEFAULT_PORT, True) if size > 1 else (addr, _free_port(), False)
 
 
 def _first_host(env: Mapping[str, str], name: str) -> str:
@@ -291,20 +319,24 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     if device.type != "cpu":
         acc.set_device(device.index)
     timeout = timedelta(seconds=timeout_s)
-    td.init_process_group(
-        acc.communication_backend_name(),
-        store=rendezvous(dist, timeout),
-        rank=dist.rank,
-        world_size=dist.world_size,
-        timeout=timeout,
-        # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not on a peer's, nor for one rank)
-        device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
-    )
-    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout)
-    log = transport.asked()
-    if log:
-        barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
-        transport.report(dist.rank, log)
+    with transport.debug_file(device.type != "cpu") as log:  # which network the collectives come up on
+        store = rendezvous(dist, timeout)
+        os.environ["MASTER_PORT"] = str(store.port)  # where it met: the first of its ports, or a later one
+        td.init_process_group(
+            acc.communication_backend_name(),
+            store=store,
+            rank=dist.rank,
+            world_size=dist.world_size,
+            timeout=timeout,
+            # As DeepSpeed binds it: NCCL's communicator comes up on this rank's GPU (not a peer's, nor for one rank)
+            device_id=device if device.type == "cuda" and dist.world_size > 1 else None,
+        )
+        deepspeed.init_distributed(
+            dist_backend=acc.communication_backend_name(), auto_mpi_discovery=False, timeout=timeout
+        )
+        if log:
+            barrier()  # NCCL/RCCL create their communicator, and choose its network, at the first collective
+            transport.report(dist.rank, log)
     return device
 
 
@@ -319,38 +351,101 @@ def rank_device(dist: DistEnv) -> torch.device:
 
 
 # Where the run's store holds its name, set by rank 0 and read by the others before they join; how long they
-# wait for it: rank 0 sets it as soon as its store listens, before any other rank can reach it.
+# wait for it: rank 0 sets it as soon as its store listens, before any other rank can reach it. Each rank then
+# claims its number there (RUN_KEY/rank/<attempt>/<rank>). How long a rank waits at one of several ports for a
+# listener before it looks at the next (and comes back: rank 0 may start later than the others).
 RUN_KEY = "bert_squad/run"
 RUN_KEY_WAIT = timedelta(seconds=15)
+PORT_WAIT = timedelta(seconds=2)
 PORTS_DOC = "(docs/clusters.md, 'How the ranks start')"
+FIX = "export MASTER_PORT with a free port " + PORTS_DOC
 
 
 def rendezvous(dist: DistEnv, timeout: timedelta) -> td.TCPStore:
-    """The run's torch.distributed store at MASTER_ADDR:MASTER_PORT, which rank 0 serves, once this rank has
-    seen that it is its own run's: rank 0 writes the run's name (`run_name`: job, step or mpirun, world size),
-    the others read it and refuse another. Two runs on one port (an exported MASTER_PORT twice, or `job_port`'s
-    keys of two jobs meeting) then fail in one line each within seconds: the second's rank 0 cannot listen, its
-    other ranks find the first's store and name both runs, instead of joining it."""
-    where, fix = f"{dist.master_addr}:{dist.master_port}", "export MASTER_PORT with a free port " + PORTS_DOC
-    try:
-        store = td.TCPStore(
-            dist.master_addr, dist.master_port, dist.world_size, dist.rank == 0, timeout=timeout, wait_for_workers=False
+    """The run's torch.distributed store, which rank 0 serves at the first of the run's ports (`DistEnv.ports`)
+    it can listen on, once this rank has seen that it is its own run's: rank 0 writes the run's name (`run_name`:
+    job, step, mpirun or torchrun, world size) unless the store holds another's, the others read it and go on to
+    the next port where it is another run's, and every rank claims its number, which a rank of a second run of
+    the same name finds taken. A port another run holds so costs a retry, and two runs on one port that has no
+    other (an exported MASTER_PORT twice) fail in one line each within seconds, instead of mixing: the second's
+    rank 0 cannot listen, its other ranks find the first's store and name both runs, or their number taken."""
+    store = _serve(dist) if dist.rank == 0 else _join(dist, timeout)
+    store.set_timeout(timeout)
+    token = secrets.token_hex(8)
+    if store.compare_set(f"{RUN_KEY}/rank/{dist.attempt}/{dist.rank}", "", token).decode() != token:
+        where = f"{dist.master_addr}:{store.port}"
+        raise UserError(f"rank {dist.rank} of {dist.run} met another rank {dist.rank} of its name at {where}: {FIX}")
+    return store
+
+
+def _serve(dist: DistEnv) -> td.TCPStore:
+    """Rank 0's store, at the first of the run's ports it can listen on, with the run's name in it."""
+    for port in dist.ports:
+        try:  # (under torchrun's agent store the library joins the agent's store instead: its port is the agent's)
+            store = td.TCPStore(dist.master_addr, port, dist.world_size, True, wait_for_workers=False)
+            break
+        except td.DistNetworkError as err:
+            taken = "EADDRINUSE" in str(err)
+            if not taken or port == dist.ports[-1]:
+                why = f"its port is another run's or program's: {FIX}" if taken else first_line(err)
+                raise UserError(f"rank 0 of {dist.run} found no rendezvous at {_tried(dist, port)}: {why}") from None
+    where = f"{dist.master_addr}:{port}"
+    found = store.compare_set(RUN_KEY, "", dist.run).decode(errors="replace")
+    if found != dist.run:  # a store the library shares (torchrun's agent's) that another run named
+        raise UserError(f"rank 0 of {dist.run} met {found} at {where}, two runs on one port: {FIX}")
+    if port != dist.master_port:
+        print(
+            f"rank 0 of {dist.run}: {_tried(dist, dist.ports[dist.ports.index(port) - 1])} taken, meeting at {where}",
+            flush=True,
         )
-    except td.DistNetworkError as err:
-        why = "its port is another run's or program's: " + fix if "EADDRINUSE" in str(err) else first_line(err)
-        raise UserError(f"rank {dist.rank} of {dist.run} found no rendezvous at {where}: {why}") from None
-    if dist.rank == 0:
-        store.set(RUN_KEY, dist.run)
-        return store
+    return store
+
+
+def _join(dist: DistEnv, timeout: timedelta) -> td.TCPStore:
+    """The store of this rank's own run: at its one port, waited for until `timeout`; or at the first of its
+    ports whose store holds the run's name, each looked at in turn for a short while (rank 0 may start after
+    this rank) until `timeout`."""
+    deadline, met, one = time.monotonic() + timeout.total_seconds(), "", len(dist.ports) == 1
+    while True:
+        for port in dist.ports:
+            where, left = f"{dist.master_addr}:{port}", deadline - time.monotonic()
+            if left <= 0:
+                raise UserError(
+                    f"rank {dist.rank} of {dist.run} found no rendezvous of its own at "
+                    f"{_tried(dist, dist.ports[-1])} in {timeout.total_seconds():g}s{met}"
+                )
+            wait = timeout if one else min(PORT_WAIT, timedelta(seconds=left))
+            try:
+                store = td.TCPStore(
+                    dist.master_addr, port, dist.world_size, False, timeout=wait, wait_for_workers=False
+                )
+            except td.DistNetworkError as err:
+                if one:
+                    raise UserError(
+                        f"rank {dist.rank} of {dist.run} found no rendezvous at {where}: {first_line(err)}"
+                    ) from None
+                continue
+            found = _name(store)
+            if found == dist.run:
+                return store
+            if one:
+                raise UserError(f"rank {dist.rank} of {dist.run} met {found} at {where}, two runs on one port: {FIX}")
+            met = f" (met {found} at {where})"
+
+
+def _name(store: td.TCPStore) -> str:
+    """The run a store's rank 0 named in it, waited for a short while."""
     store.set_timeout(RUN_KEY_WAIT)
     try:
-        found = store.get(RUN_KEY).decode(errors="replace")
+        return store.get(RUN_KEY).decode(errors="replace")
     except td.DistStoreError:
-        found = "a store that is no bert-squad run's"
-    store.set_timeout(timeout)
-    if found != dist.run:
-        raise UserError(f"rank {dist.rank} of {dist.run} met {found} at {where}, two runs on one port: {fix}")
-    return store
+        return "a store that is no bert-squad run's"
+
+
+def _tried(dist: DistEnv, last: int) -> str:
+    """The address and the ports tried up to `last`: "host:20042", or "host:20042, 27311, 22108"."""
+    ports = dist.ports[: dist.ports.index(last) + 1] if last in dist.ports else (last,)
+    return f"{dist.master_addr}:{', '.join(map(str, ports))}"
 
 
 def is_initialized() -> bool:

@@ -29,7 +29,7 @@ import io
 import json
 import math
 import re
-from collections.abc import KeysView, Mapping
+from collections.abc import Collection, KeysView, Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
@@ -48,11 +48,12 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "configs"  # package data: there
 # Monitor sections DeepSpeed writes files for (an empty output_path means: relative to the working directory).
 FILE_MONITORS = ("tensorboard", "csv_monitor")
 MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+MONITORS = ("tensorboard", "csv_monitor", "wandb", "comet")  # DeepSpeed's monitor sections
 # The sections read here, which must be objects with object params.
 SECTIONS = ("fp16", "bf16", "torch_autocast", "zero_optimization", "optimizer", "scheduler")
 # The sections the run acts on that DeepSpeed reads through a pydantic model: where DeepSpeed's reading keeps each.
 MODELS = {"fp16": "float16_config", "bf16": "bfloat16_config", "bfloat16": "bfloat16_config"}
-MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in (*FILE_MONITORS, "wandb", "comet")})
+MODELS.update(zero_optimization="zero_config", **{m: f"monitor_config.{m}" for m in MONITORS})
 
 # Values DeepSpeed reads raw (no model of its checks them) are of the kind its default is (`_check_read_raw`). These
 # must be more than that, or the engine would divide by a zero, train unclipped, or act on a string ("no" is true).
@@ -166,7 +167,22 @@ def locate(name_or_path: PathLike, base: PathLike = ".") -> Path:
     shipped = SHIPPED_DIR / (path.name if path.suffix == ".json" else path.name + ".json")
     if path.parent == Path(".") and shipped.is_file():
         return shipped
-    raise UserError(f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of {', '.join(shipped_names())})")
+    raise UserError(
+        f"{name_or_path}: no such DeepSpeed config (a JSON file, or one of {', '.join(shipped_names())})"
+        + _nearest_config(path, Path(base))
+    )
+
+
+def _nearest_config(path: Path, base: Path) -> str:
+    """The end of `locate`'s refusal that names the config nearest the one not found: a shipped one for a bare
+    name, else a JSON file in the folder the path names; nothing where none is near."""
+    if path.parent == Path("."):
+        close = difflib.get_close_matches(path.stem, shipped_names(), n=1)
+    else:
+        folder = base / path.parent
+        stems = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        close = [str(path.parent / f"{stem}.json") for stem in difflib.get_close_matches(path.stem, stems, n=1)]
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def load(name_or_path: PathLike) -> dict[str, Any]:
@@ -459,11 +475,13 @@ def settings(
     device: Optional["torch.device"],
     learning_rate: Optional[float] = None,
     micro_batch_size: Optional[int] = None,
+    gradient_accumulation_steps: Optional[int] = None,
+    monitors: Optional[Collection[str]] = None,
     output_dir: PathLike = ".",
 ) -> Settings:
     """`raw` (from `load`) checked for this world size on `device`, the run's (None: a plan on a machine without
     the job's GPU, where what needs the job's device becomes one of `Settings.needs`), with its batch and learning
-    rate decided."""
+    rate decided; `monitors`: the monitor sections turned on, every other one off (None: the file's)."""
     for key in SECTIONS:
         if not isinstance(raw.get(key, {}), dict) or not isinstance(raw.get(key, {}).get("params", {}), dict):
             raise UserError(f"{path}: '{key}' and its 'params' must be JSON objects")
@@ -480,6 +498,15 @@ def settings(
         # The global batch follows from the new micro batch by the batch rule, not from the file's total.
         cfg.pop("train_batch_size", None)
         cfg["train_micro_batch_size_per_gpu"] = micro_batch_size
+    if gradient_accumulation_steps is not None:  # likewise; the micro batch stays the file's (or the option's)
+        cfg["train_micro_batch_size_per_gpu"] = _batch(cfg, path, world_size).micro
+        cfg.pop("train_batch_size", None)
+        cfg["gradient_accumulation_steps"] = gradient_accumulation_steps
+    if monitors is not None:  # these monitors on, every other one the file turns on off
+        for name in MONITORS:
+            section = cfg.get(name, {})
+            if isinstance(section, dict) and (name in monitors or section.get("enabled")):
+                cfg[name] = {**section, "enabled": name in monitors}
     batch = _batch(cfg, path, world_size)
     cfg.update(train_micro_batch_size_per_gpu=batch.micro, gradient_accumulation_steps=batch.accumulation)
     reading = Reading.of(cfg, path)

@@ -22,7 +22,7 @@ import torch
 
 from bert_squad import cache, config, distributed, model, outputs, report, task
 from bert_squad.batching import Collator, feature_lengths
-from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
+from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, SpeedConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
 from bert_squad.distributed import DistEnv
 from bert_squad.errors import UserError
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the libraries load with the model and the features
     import datasets
     from transformers import PreTrainedModel
 
-EVAL_BATCH = 64
+EVAL_BATCH = SpeedConfig.per_device_eval_batch_size  # the option's default, for the `Answerer`
 
 
 def predict_logits(
@@ -47,11 +47,11 @@ def predict_logits(
     dist: Optional[DistEnv] = None,
     batch_size: int = EVAL_BATCH,
     autocast: Optional[torch.dtype] = None,
-    shown: bool = False,
+    display: Optional[report.Display] = None,
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere; the forward
     under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`);
-    with `shown`, rank 0 shows its progress (`report.InferenceProgress`)."""
+    with a `display`, rank 0 shows its progress there (`report.InferenceProgress`)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = feature_lengths(features)
     # Longest first, ties in feature order: the same batches whatever the world size.
@@ -62,7 +62,7 @@ def predict_logits(
     shares = [np.array([f for b in batches[r::world] for f in b], dtype=np.int64) for r in range(world)]
     widths = [int(lengths[share].sum()) for share in shares]
     rounds = -(-len(batches) // world)  # every rank's forward passes (see the module's docstring)
-    progress = report.InferenceProgress(rounds, rank == 0 and shown)
+    progress = report.InferenceProgress(rounds, rank == 0 and display is not None, display or report.Display())
     with torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext(), progress:
         mine = _forward(module, features, device, pad_id, batches, rank, world, lengths, widths[rank], progress)
     mine = torch.from_numpy(mine)
@@ -126,11 +126,13 @@ def predict(
     postprocess: PostprocessConfig,
     dist: Optional[DistEnv] = None,
     autocast: Optional[torch.dtype] = None,
-    shown: bool = False,
+    display: Optional[report.Display] = None,
+    batch_size: int = EVAL_BATCH,
 ) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
-    and answering share it. `shown`: rank 0 shows the forward passes' progress."""
-    logits = predict_logits(module, features, device, pad_id, dist, autocast=autocast, shown=shown)
+    and answering share it. `display`: where rank 0 shows the forward passes' progress (None: nowhere);
+    `batch_size`: the features one forward pass takes."""
+    logits = predict_logits(module, features, device, pad_id, dist, batch_size, autocast, display)
     if logits is None:
         return None
     meta = features.select_columns(["example_id", "offset_mapping"]).to_list()
@@ -183,6 +185,7 @@ class Inference:
     windows: dict[str, Any]
     preprocess: PreprocessConfig
     output_dir: str
+    batch_size: int  # --per-device-eval-batch-size
 
     def model_dir(self) -> Path:
         """The model's directory: the given one, or a hub name's snapshot in the cache."""
@@ -208,6 +211,7 @@ def parser(
     p.add_argument("--output-dir", required=True, help="where the predictions (and their metrics) go")
     config.add_options(p, WindowConfig, unset=True)
     config.add_options(p, PreprocessConfig)
+    config.add_options(p, SpeedConfig, only=("per_device_eval_batch_size",))
     return p
 
 
@@ -218,6 +222,7 @@ def inference_from_args(args: argparse.Namespace) -> Inference:
         config.given(WindowConfig, args),
         config.from_args(PreprocessConfig, args),
         args.output_dir,
+        config.from_args(SpeedConfig, args).per_device_eval_batch_size,
     )
 
 
@@ -249,13 +254,23 @@ class Loaded(NamedTuple):
     device: torch.device
     pad_id: int
     dist: DistEnv
+    batch_size: int
 
     def answers(self, settings: task.Settings) -> Optional[Predictions]:
         """`predict` over this file's features with `settings`' answer rules, progress shown, "no answer" competing
         where `settings.no_answer` says for this file: the answers to its examples on rank 0, None elsewhere."""
         asked = dataclasses.replace(self.examples, version_2=settings.no_answer(self.examples.version_2))
-        postprocess = settings.postprocess
-        return predict(self.module, asked, self.features, self.device, self.pad_id, postprocess, self.dist, shown=True)
+        return predict(
+            self.module,
+            asked,
+            self.features,
+            self.device,
+            self.pad_id,
+            settings.postprocess,
+            self.dist,
+            display=report.Display(),
+            batch_size=self.batch_size,
+        )
 
 
 FileWork = Callable[[Loaded], Any]  # what runs on every rank for each file
@@ -280,7 +295,8 @@ def on_every_rank(
         for i, examples in enumerate(files):
             workers = job.preprocess.preprocessing_workers
             features = build_features(examples, tokenizer, windows, cache_dir, train=False, dist=dist, workers=workers)
-            results.append(work(Loaded(i, module, examples, features, device, tokenizer.pad_token_id, dist)))
+            loaded = Loaded(i, module, examples, features, device, tokenizer.pad_token_id, dist, job.batch_size)
+            results.append(work(loaded))
     return results
 
 

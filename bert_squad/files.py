@@ -76,12 +76,24 @@ def scratch(folder: PathLike, name: str, directory: bool = False) -> Path:
     return umask_mode(made)
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where the kernel says it (Linux 4.7 and later: "Umask:" in
+    /proc/self/status): setting it to read it would give a file another thread creates in between mode 0666.
+    Elsewhere it is set and set back, the one other way to read it."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o077)  # owner-only while it is read: a file made in between is too private, never too open
+    os.umask(mask)
+    return mask
+
+
 def umask_mode(path: PathLike) -> Path:
     """`path` given the mode the umask gives a new file or directory (0644 / 0755 under umask 022): for what a
     library wrote owner-only (tempfile, safetensors), before it is moved where teammates read it."""
-    umask = os.umask(0)  # read by setting it: the one way besides /proc
-    os.umask(umask)
-    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask())
     return Path(path)
 
 

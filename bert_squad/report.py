@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -125,6 +126,13 @@ def saved_line(out: Path, took: str, step: int | None, kept: Best | None) -> str
     return f"saved the model of step {step} ({whose}) and its tokenizer to {out} ({took})"
 
 
+def stopping_line(signum: int) -> str:
+    """What a run says when it first sees a stop request (`signum`): a second Ctrl-C is the way out at once."""
+    if signum == signal.SIGINT:
+        return "Ctrl-C: stopping at the next step every rank checks, with a checkpoint; Ctrl-C again aborts"
+    return f"signal {signal.Signals(signum).name}: stopping at the next step every rank checks, with a checkpoint"
+
+
 def stopped_line(step: int, signum: int | None, code: int) -> str:
     """The last line of a run stopped by a signal (`signum`; None: another rank's), with the resume hint."""
     why = f"signal {signal.Signals(signum).name}" if signum else "signal on another rank"
@@ -144,6 +152,20 @@ def monitor_events(rates: perf.Rates, samples: int) -> list[tuple[str, float | N
     ]
 
 
+@dataclass(frozen=True)
+class Display:
+    """Where rank 0 shows an inference's forward passes (`InferenceProgress`), named `label`: a command's on
+    stderr, its stdout being its output; a training's evaluation in the training's log, stdout (`stdout`), and
+    as a row of the training's own bar (`within`) where that is live."""
+
+    label: str = "predict"
+    stdout: bool = False
+    within: Progress | None = None
+
+
+TRAINING_EVAL = Display("eval", stdout=True)  # a training's evaluation where no training bar is live
+
+
 class ProgressDisplay:
     """A rich bar where a person watches a single process; plain log lines (rank 0's) everywhere else."""
 
@@ -151,7 +173,7 @@ class ProgressDisplay:
         # Under mpirun, PMI or srun a rank's stdout is a pty or pipe nobody watches: no bar there.
         self.dist, self.enabled = dist, isatty and dist.is_main and not distributed.started_by_launcher()
         self.bar = Progress(
-            TextColumn("[bold]train"),
+            TextColumn("[bold]{task.description}"),  # train, and an evaluation's row (`evaluation`)
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
@@ -177,34 +199,46 @@ class ProgressDisplay:
         info = f"loss {rates['loss']:.3f} {rates['samples_per_second']:.1f} samples/s" if rates else ""
         self.bar.update(self.task, completed=step, info=info)
 
+    def evaluation(self) -> Display:
+        """Where an evaluation inside the loop shows its progress: a row of this bar where it is live, else the
+        log's lines."""
+        return replace(TRAINING_EVAL, within=self.bar if self.enabled else None)
+
 
 class InferenceProgress:
-    """An inference's forward passes, counted on stderr where its JSON or files are the output: a rich bar where a
-    person watches (stderr a terminal, no launcher), else a line at each tenth of the passes for a batch log;
-    nothing where not `enabled` (the other ranks)."""
+    """An inference's forward passes, counted where its `Display` says: a rich bar where a person watches (the
+    stream a terminal, no launcher; or a row of a training's live bar), else a line at each tenth of the passes
+    for a batch log; nothing where not `enabled` (the other ranks)."""
 
     TENTHS = 10
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-        watched = enabled and sys.stderr.isatty() and not distributed.started_by_launcher()
-        self.bar = Progress(
-            TextColumn("[bold]predict"),
+    def __init__(self, total: int, enabled: bool, display: Display = Display()) -> None:
+        self.total, self.done, self.label = total, 0, display.label
+        self.stream = sys.stdout if display.stdout else sys.stderr
+        joined = display.within if enabled else None
+        watched = enabled and (joined is not None or (self.stream.isatty() and not distributed.started_by_launcher()))
+        self.own = joined is None
+        self.bar = joined or Progress(
+            TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=Console(file=self.stream),
             disable=not watched,
         )
         self.lines = enabled and not watched
-        self.task = self.bar.add_task("predict", total=total)
+        self.task = self.bar.add_task(self.label, total=total, info="")
 
     def __enter__(self) -> InferenceProgress:
-        self.bar.__enter__()
+        if self.own:
+            self.bar.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return self.bar.__exit__(*exc)
+        if self.own:
+            return self.bar.__exit__(*exc)
+        self.bar.remove_task(self.task)  # the training's bar goes on without the evaluation's row
+        return None
 
     def advance(self) -> None:
         self.done += 1
@@ -212,4 +246,4 @@ class InferenceProgress:
         tenth = self.done * self.TENTHS // self.total
         if self.lines and tenth > (self.done - 1) * self.TENTHS // self.total:
             share = self.done * 100 // self.total
-            print(f"predict: {self.done}/{self.total} batches ({share}%)", file=sys.stderr, flush=True)
+            print(f"{self.label}: {self.done}/{self.total} batches ({share}%)", file=self.stream, flush=True)

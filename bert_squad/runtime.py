@@ -4,7 +4,7 @@ The command-line entry (`cli`) calls `prepare` once per process, after the comma
 `--help` and argument errors cost nothing) and before the command imports the Hugging Face libraries or
 DeepSpeed, which read some of these settings at import. Library code changes nothing process-wide: a
 program that uses `bert_squad.answer.Answerer` keeps its own logging, warnings and network settings.
-On a GPU it asks NCCL/RCCL for their network debug lines (`transport`). Scoped changes stay with their
+Scoped changes stay with their
 scope: `distributed.process_group` exports the rank variables DeepSpeed reads while the group lives,
 `preemption.StopRequest` restores the signal handlers it replaced.
 """
@@ -17,7 +17,6 @@ import os
 import sys
 import warnings
 
-from bert_squad import transport
 from bert_squad.errors import UserError
 
 # 1 for every command but `download`, 0 for it whatever the environment says (an image sets them to 1):
@@ -106,9 +105,7 @@ def _prepare_deepspeed(debug: bool) -> None:
     from deepspeed.accelerator import get_accelerator
 
     deepspeed.utils.logger.setLevel(logging.INFO if debug else logging.WARNING)
-    if get_accelerator().device_name() != "cpu":
-        transport.ask()  # which network the collectives come up on, for the rank's first lines
-    else:
+    if get_accelerator().device_name() == "cpu":
         # DeepSpeed JIT-builds a shared-memory all-reduce op when its process group starts that only its
         # inference all-reduce uses. The build costs a minute on a fresh machine, and a build killed half-way
         # leaves a lock file that makes every later run on the machine wait forever. Training needs none of it.

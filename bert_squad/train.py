@@ -12,7 +12,6 @@ libraries below load with the process set up, and `--help` loads none of them.
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import signal
@@ -207,6 +206,8 @@ def deepspeed_settings(cfg: config.RunConfig, dist: distributed.DistEnv, plannin
         device=None if planning and device.type == "cpu" else device,
         learning_rate=cfg.train.learning_rate,
         micro_batch_size=cfg.train.micro_batch_size,
+        gradient_accumulation_steps=cfg.train.gradient_accumulation_steps,
+        monitors=cfg.train.monitors,
         output_dir=cfg.data.output_dir,
     )
 
@@ -346,8 +347,7 @@ def loop(run: Run) -> int:
     clip, params = run.work.ds_config.loop_clip, list(engine.module.parameters())
     scaler = engine.torch_autocast_z0_gradscaler  # fp16 autocast at ZeRO stage 0: torch's loss scaler
     stop_check = distributed.StopCheck(progress.step)
-    say = functools.partial(report.log, dist)
-    with StopRequest(say) as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
+    with StopRequest() as stop, report.ProgressDisplay(dist, total, progress.step, sys.stdout.isatty()) as shown:
         for micro_batches in optimizer_steps(run):
             # forward and backward; DeepSpeed applies the optimizer step after the last micro batch
             for batch in micro_batches:
@@ -366,10 +366,12 @@ def loop(run: Run) -> int:
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
-                evaluate_now(run)
+                evaluate_now(run, display=shown.evaluation())
                 if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
                     report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
                     break
+            if (signum := stop.first_seen()) is not None:  # the handler only records a signal (no I/O there)
+                shown.log(report.stopping_line(signum))
             # stop check: ranks look at the log steps and about every 10 s between, the same steps on every rank
             # (StopCheck), so a signal stops all at one step with no collective after every step
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
@@ -414,9 +416,12 @@ def save_checkpoint(run: Run) -> None:
     )
 
 
-def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
+def evaluate_now(
+    run: Run, output_dir: Optional[PathLike] = None, display: report.Display = report.TRAINING_EVAL
+) -> Optional[dict[str, Any]]:
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0. With a best
-    to keep, the predictions go beside the export of each new best instead of into `output_dir`."""
+    to keep, the predictions go beside the export of each new best instead of into `output_dir`. Its progress
+    shows as `evaluate`'s does, where `display` says."""
     inputs = run.inputs
     if run.work.dev_features is None or inputs.dev_examples is None:  # both or neither
         return None
@@ -426,7 +431,16 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
     features, autocast = run.work.dev_features, eval_autocast(run.engine, run.device)
     with torch.compiler.set_stance("force_eager"):  # --compile's graphs are training's (bert_squad/compiling.py)
         result = predict(
-            run.engine.module, inputs.dev_examples, features, run.device, pad_id, postprocess, inputs.dist, autocast
+            run.engine.module,
+            inputs.dev_examples,
+            features,
+            run.device,
+            pad_id,
+            postprocess,
+            inputs.dist,
+            autocast,
+            display,
+            inputs.cfg.speed.per_device_eval_batch_size,
         )
     metrics = score_predictions(result, inputs.dev_examples, postprocess.lang, output_dir=output_dir)
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back

@@ -1,7 +1,7 @@
 """Which network NCCL's (or RCCL's) collectives came up on, read from the library's own debug output.
 
-On a GPU a rank asks the library, before its process group starts, for its INIT and NET debug lines in a
-file of the rank's own (`ask`); after the first collective, `report` reads there what came up and puts it
+On a GPU a rank asks the library, as its process group starts, for its INIT and NET debug lines in a
+file of the rank's own (`debug_file`); after the first collective, `report` reads there what came up and puts it
 in the rank's log: "Using network <name>" (NCCL's src/init.cc; RCCL's is the same line), and for the
 libfabric plugin (aws-ofi-nccl, aws-ofi-rccl) the version and the provider it selected. Where the job
 script says the site configures that plugin (BERT_SQUAD_NETWORK=ofi, in slurm/<site>.sbatch), a rank that finds
@@ -13,11 +13,12 @@ library's output where it goes, and no report is made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 
 from bert_squad.files import scratch
@@ -82,26 +83,34 @@ def parse(lines: Iterable[str]) -> Transport:
     return Transport(**found)
 
 
-_asked: str | None = None  # the debug file this process asked for (`ask`), if it did
+DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 
-def ask(environ: MutableMapping[str, str] = os.environ) -> str | None:
-    """Ask NCCL/RCCL for INIT and NET debug lines in a file of this rank's own (`runtime.prepare` does, on
-    a GPU); returns its path, or None where the user set NCCL_DEBUG (their output goes where they said). The
-    file is `files.scratch`'s in the temporary directory, which the ranks of a node share (a PID names no
-    rank's own there: ranks in containers of their own PID namespace share /tmp)."""
-    global _asked
-    if environ.get("NCCL_DEBUG"):
-        return None
-    path = _asked = str(scratch(tempfile.gettempdir(), "bert-squad-nccl"))
-    environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=path)
-    return path
-
-
-def asked(environ: MutableMapping[str, str] = os.environ) -> str | None:
-    """The debug file this rank asked for (`ask`) and NCCL still writes to, for its process group to
-    `report` on; None where it asked for none."""
-    return _asked if _asked is not None and environ.get("NCCL_DEBUG_FILE") == _asked else None
+@contextlib.contextmanager
+def debug_file(on_gpu: bool, environ: MutableMapping[str, str] = os.environ) -> Iterator[str | None]:
+    """While a process group starts on a GPU (`on_gpu`), NCCL/RCCL's INIT and NET debug lines asked for in a file
+    of this rank's own, whose path is yielded for `report`; None on a CPU, or where the user set NCCL_DEBUG (their
+    output goes where they said). The file is `files.scratch`'s in the temporary directory, which the ranks of a
+    node share (a PID names no rank's own there: ranks in containers of their own PID namespace share /tmp). It
+    is made here, when a group is about to use it, not for commands that start none (`config`, a refusal before
+    the group), and on the way out, however the group's start ended, the file is gone and the variables are
+    as they were (NCCL reads them once, when its first communicator comes up)."""
+    if not on_gpu or environ.get("NCCL_DEBUG"):
+        yield None
+        return
+    before = {var: environ.get(var) for var in DEBUG_VARS}
+    path = str(scratch(tempfile.gettempdir(), "bert-squad-nccl"))
+    try:
+        environ.update(zip(DEBUG_VARS, ("INFO", "INIT,NET", path)))
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        for var, value in before.items():
+            if value is None:
+                environ.pop(var, None)
+            else:
+                environ[var] = value
 
 
 def report(rank: int, path: str, environ: MutableMapping[str, str] = os.environ) -> Transport:
@@ -109,7 +118,6 @@ def report(rank: int, path: str, environ: MutableMapping[str, str] = os.environ)
     try:
         with open(path, errors="replace") as f:
             found = parse(f)
-        os.unlink(path)
     except OSError:
         found = Transport()
     print(f"rank {rank}: collectives over {found.describe()}", flush=True)

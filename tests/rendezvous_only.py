@@ -37,7 +37,7 @@ def main():
     store.set(f"launcher-run/{dist.rank}", mine)
     seen = [store.get(f"launcher-run/{rank}").decode() for rank in range(dist.world_size)]
     write_json_atomic(
-        folder / f"{mine}.{dist.rank}.json", {"run": mine, "rank": dist.rank, "port": dist.master_port, "seen": seen}
+        folder / f"{mine}.{dist.rank}.json", {"run": mine, "rank": dist.rank, "port": store.port, "seen": seen}
     )
     deadline = time.monotonic() + WAIT
     while len(list(folder.glob("*.json"))) < count:

@@ -588,6 +588,29 @@ def test_start_up_lines_count_empty_questions(tiny_model, sample_train, sample_d
     assert len(json.loads((tmp_path / "out" / "predictions.json").read_text())) == questions[dev] - 1
 
 
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["evalute", "--model-dir", "m"], "unknown command 'evalute' (did you mean 'evaluate'?)"),
+        (["sumarize", "runs/x"], "unknown command 'sumarize' (did you mean 'summarize'?)"),
+        (["frobnicate"], "unknown command 'frobnicate' (the commands: config, download, check-cache, evaluate,"),
+    ],
+)
+def test_an_unknown_command_is_named_with_the_nearest(argv, line, capsys):
+    """A first word that names no command is one line naming it and the nearest command (training, the default,
+    takes options only), not an "unrecognized arguments" of the training's."""
+    code, err = run_cli(capsys, argv)
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"bert-squad: error: {line}"), err
+
+
+def test_version_says_the_packages(capsys):
+    from bert_squad import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"bert-squad {__version__}\n"
+
+
 def test_debug_shows_the_traceback(tmp_path, capsys):
     code = main(["--debug", "--train-file", str(tmp_path / "missing.json"), "--model", str(tmp_path)])
     assert code == 2

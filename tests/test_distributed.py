@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import textwrap
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -190,6 +192,83 @@ def test_a_rank_that_reaches_another_runs_store_refuses_it(monkeypatch):
     own = rendezvous(detect({**first, "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}), timedelta(seconds=60))
     own.set("rank 1", "here")
     assert held.get("rank 1") == b"here"
+
+
+def test_a_derived_port_has_retries_every_rank_derives_alike():
+    """A port derived by a rule (a job's step or batch step, an mpirun's, the default) comes with RETRIES more,
+    the same on every rank, among the rendezvous ports: so job 4242's step 7, whose own port is job 4243's batch
+    step's, has others to go to. An exported MASTER_PORT, or one Slurm reserved for the step, has none."""
+    step7 = [detect(srun_task(rank, 2, SLURM_STEP_ID="7")) for rank in (0, 1)]
+    assert step7[0].ports == step7[1].ports and step7[0].master_port == job_port(4242, 7) == job_port(4243)
+    assert len(set(step7[0].ports)) == 1 + distributed.RETRIES
+    assert all(20000 <= port < 32096 for port in step7[0].ports)  # no ephemeral port (from 32768)
+    batch = detect({"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "4243", "SLURM_JOB_NODELIST": "nid001"})
+    assert batch.master_port == step7[0].master_port and batch.retries == step7[0].retries
+    mpirun = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert len(detect({**mpirun, "PMIX_NAMESPACE": SEEN[0][1]}).retries) == distributed.RETRIES
+    assert len(detect(mpirun).retries) == distributed.RETRIES  # the default port, 29500
+    assert detect({**srun_task(0, 2, SLURM_STEP_ID="7"), "MASTER_PORT": "12345"}).ports == (12345,)
+    assert detect({**srun_task(0, 2, SLURM_STEP_ID="7"), "SLURM_STEP_RESV_PORTS": "15001-15003"}).ports == (15003,)
+
+
+def test_a_port_another_run_holds_costs_a_retry(capsys):
+    """Job 4243's batch step holds the port job 4242's step 7 derives too: the step's rank 0 listens on its
+    next port and says so; its rank 1, started before it, passes the other run's store and keeps looking until
+    it meets its own; the batch step's ranks meet theirs."""
+    addr = {"MASTER_ADDR": "127.0.0.1"}  # (the ports: this session's, in place of the rule's)
+    shared, own_next, batch_next = free_port(), free_port(), free_port()
+    batch_env = {"PMI_SIZE": "2", "SLURM_JOB_ID": "4243", "SLURM_JOB_NODELIST": "nid001", **addr}
+    batch = [
+        dataclasses.replace(detect({**batch_env, "PMI_RANK": str(r)}), master_port=shared, retries=(batch_next,))
+        for r in (0, 1)
+    ]
+    step = [
+        dataclasses.replace(
+            detect({**srun_task(r, 2, SLURM_STEP_ID="7"), **addr}), master_port=shared, retries=(own_next, free_port())
+        )
+        for r in (0, 1)
+    ]
+    held = rendezvous(batch[0], timedelta(seconds=60))
+    joined = {}
+    late = threading.Thread(target=lambda: joined.update(store=rendezvous(step[1], timedelta(seconds=60))))
+    late.start()  # rank 1 before its rank 0: it looks at each port in turn, and again
+    time.sleep(3)
+    mine = rendezvous(step[0], timedelta(seconds=60))
+    late.join(60)
+    assert joined["store"].port == mine.port == own_next
+    assert capsys.readouterr().out == (
+        f"rank 0 of job 4242 step 7 (2 ranks): 127.0.0.1:{shared} taken, meeting at 127.0.0.1:{own_next}\n"
+    )
+    joined["store"].set("from rank 1", "step 7")
+    assert mine.get("from rank 1") == b"step 7"
+    theirs = rendezvous(batch[1], timedelta(seconds=60))
+    theirs.set("from rank 1", "batch")
+    assert held.get("from rank 1") == b"batch" and theirs.port == shared
+
+
+def test_two_runs_of_one_name_on_one_port_do_not_mix(monkeypatch):
+    """Under torchrun each run is named by its rendezvous id, so a rank of a second run on the first's port
+    names both; ranks started by hand, with no launcher naming their run, find their number taken: each in one
+    line, where they joined the first run before."""
+    monkeypatch.setattr(distributed, "RUN_KEY_WAIT", timedelta(seconds=1))
+    port = str(free_port())
+
+    def env(rank, run_id=None):
+        given = {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        return {**given, "TORCHELASTIC_RUN_ID": run_id} if run_id else given
+
+    assert {detect(env(r, "b1e4")).run for r in (0, 1)} == {"torchrun b1e4 (2 ranks)"}
+    held = [rendezvous(detect(env(r, "b1e4")), timedelta(seconds=60)) for r in (0, 1)]
+    with pytest.raises(UserError, match=r"^rank 1 of torchrun 77aa \(2 ranks\) met torchrun b1e4 \(2 ranks\) at "):
+        rendezvous(detect(env(1, "77aa")), timedelta(seconds=60))
+    del held
+    port = str(free_port())
+    held = [rendezvous(detect(env(r)), timedelta(seconds=60)) for r in (0, 1)]
+    with pytest.raises(
+        UserError, match=rf"^rank 1 of a run \(2 ranks\) met another rank 1 of its name at 127.0.0.1:{port}: export"
+    ):
+        rendezvous(detect(env(1)), timedelta(seconds=60))
+    assert held[0].get(f"{distributed.RUN_KEY}/rank/0/1") != b""  # the first run's rank 1 keeps its number
 
 
 def test_a_launcher_is_seen_behind_the_job_templates_rank():

@@ -10,7 +10,7 @@ import torch
 from helpers import gpu_count, run_bert_squad, sample_path, train_args
 
 from bert_squad import config
-from bert_squad.dsconfig import AS_GIVEN, Batch, locate, settings
+from bert_squad.dsconfig import AS_GIVEN, MONITORS, Batch, locate, settings
 from bert_squad.dsconfig import SHIPPED_DIR as CONFIG_DIR
 from bert_squad.dsconfig import load as load_ds_config
 from bert_squad.engine import step_once
@@ -75,6 +75,52 @@ def test_the_micro_batch_flag_replaces_the_files_and_the_global_batch_follows():
     written = chosen.finish(10, 0.1).as_dict()
     assert (written["train_micro_batch_size_per_gpu"], written["train_batch_size"]) == (4, 24)
     assert cfg["train_micro_batch_size_per_gpu"] == 16  # the file's own values stay as read
+
+
+def test_the_accumulation_flag_replaces_the_files_and_the_global_batch_follows():
+    """--gradient-accumulation-steps: the micro batch stays the file's (or --micro-batch-size's), whichever batch
+    keys the file gives, and the global batch follows by the batch rule."""
+    cfg = {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 3}
+    chosen = settings(cfg, "x.json", world_size=1, device=CPU, gradient_accumulation_steps=2)
+    assert chosen.batch == Batch(16, 2, 1)
+    written = chosen.finish(10, 0.1).as_dict()
+    assert (written["gradient_accumulation_steps"], written["train_batch_size"]) == (2, 32)
+    assert cfg["gradient_accumulation_steps"] == 3  # the file's own values stay as read
+    total_only = {"train_batch_size": 32, "gradient_accumulation_steps": 4}  # micro 32 / (4 x 2) = 4
+    assert settings(total_only, "x.json", world_size=2, device=CPU, gradient_accumulation_steps=1).batch == Batch(
+        4, 1, 2
+    )
+    both = settings(cfg, "x.json", world_size=2, device=CPU, micro_batch_size=2, gradient_accumulation_steps=5)
+    assert both.batch == Batch(2, 5, 2) and both.batch.size == 20
+
+
+def test_report_to_turns_one_monitor_on_and_every_other_off(tmp_path):
+    """--report-to's choices are DeepSpeed's monitor sections; the one named is on in the run's config (its
+    other keys kept), every other one the file turned on is off, and DeepSpeed's reading agrees."""
+    assert {m for sections in config.REPORT_TO.values() for m in sections} <= set(MONITORS)
+    cfg = plain(tensorboard={"enabled": True, "output_path": "tb"}, csv_monitor={"enabled": False, "job_name": "j"})
+    for choice, on in (("csv", "csv_monitor"), ("tensorboard", "tensorboard"), ("none", None)):
+        monitors = config.TrainConfig(report_to=choice).monitors
+        chosen = settings(cfg, "c.json", world_size=1, device=CPU, monitors=monitors, output_dir=tmp_path)
+        written = chosen.finish(10, 0.1).as_dict()
+        assert {m: chosen.reading.monitor(m).enabled for m in MONITORS} == {m: m == on for m in MONITORS}
+        assert written["csv_monitor"]["job_name"] == "j" and written["tensorboard"]["output_path"] == "tb"
+        assert "wandb" not in written and "comet" not in written  # off already: not written in
+    assert settings(cfg, "c.json", world_size=1, device=CPU, monitors=None).reading.monitor("tensorboard").enabled
+
+
+def test_the_options_over_the_config_reach_the_plan(tmp_path):
+    """`bert-squad config` with run_qa.py's spellings: the accumulation and the monitor in the config the run
+    would hand the engine."""
+    env = {"CUDA_VISIBLE_DEVICES": ""} if gpu_count() else None
+    args = train_args(UNCACHED, sample_path("train-v1.1.json"), tmp_path / "out", cache=tmp_path / "cache")
+    extra = ["--gradient_accumulation_steps", "3", "--report_to", "csv", "--deepspeed", "ds_bf16"]
+    r = run_bert_squad("config", *args, *extra, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    written = json.loads(r.stdout)["deepspeed_config"]
+    micro = load_ds_config(CONFIG_DIR / "ds_bf16.json")["train_micro_batch_size_per_gpu"]
+    assert (written["gradient_accumulation_steps"], written["train_batch_size"]) == (3, 3 * micro)
+    assert written["csv_monitor"] == {"enabled": True} and written["torch_autocast"]["dtype"] == "bfloat16"
 
 
 def test_deepspeeds_fp16_weights_without_gpu_are_refused_or_planned_as_a_need():
@@ -367,6 +413,16 @@ def test_a_config_is_named_by_one_rule_from_where_the_run_starts(tmp_path):
     for name in ("configs/mine.json", "ds_bf16.txt", "other/ds_bf16.json"):
         with pytest.raises(UserError, match="no such DeepSpeed config"):
             locate(name)  # not in this directory
+    # A name that is neither: the nearest shipped name, or the nearest JSON file in the folder named.
+    for name, nearest in (
+        ("ds_bf61", "ds_bf16"),
+        ("ds_zero_3.json", "ds_zero3"),
+        ("configs/mien.json", "configs/mine.json"),
+    ):
+        with pytest.raises(UserError, match=f"; did you mean '{nearest}'\\?$"):
+            locate(name, base=tmp_path)
+    with pytest.raises(UserError, match=r"ds_zero2, ds_zero3\)$"):  # nothing near
+        locate("configs/other.json", base=tmp_path)
 
 
 UNCACHED = "google-bert/bert-not-in-the-cache"  # a hub name no test downloads

@@ -185,10 +185,10 @@ def test_predict_offers_no_scoring_language_and_evaluate_does():
     assert postprocess == {"lang": "de"}
 
 
-def _on_a_terminal(args, timeout=600):
-    """`python -m bert_squad *args` with stderr on a pseudo-terminal, as at a person's shell (TERM set): the
-    completed process (stdout) and what the terminal was sent. A thread drains the terminal as it is written, so
-    the command never blocks on a full one."""
+def _on_a_terminal(args, timeout=600, stdout_too=False):
+    """`python -m bert_squad *args` with stderr (and with `stdout_too` stdout) on a pseudo-terminal, as at a
+    person's shell (TERM set): the completed process (stdout, where not on the terminal) and what the terminal was
+    sent. A thread drains the terminal as it is written, so the command never blocks on a full one."""
     main, sub = pty.openpty()
     shown = bytearray()
 
@@ -208,7 +208,8 @@ def _on_a_terminal(args, timeout=600):
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100"}
         r = subprocess.run(
             [PYTHON, "-m", "bert_squad", *map(str, args)],
-            stdout=subprocess.PIPE, stderr=sub, stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+            stdout=sub if stdout_too else subprocess.PIPE, stderr=sub, stdin=subprocess.DEVNULL, text=True, env=env,
+            cwd=ROOT,
             timeout=timeout,
         )  # fmt: skip
     finally:
@@ -240,6 +241,68 @@ def test_evaluate_shows_its_progress_as_lines_in_a_log_and_as_a_bar_on_a_termina
     r, shown = _on_a_terminal(args(tmp_path / "tty"))
     assert r.returncode == 0, shown[-3000:]
     assert "predict: " not in shown and "batches (" not in shown, shown[-3000:]
-    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # the terminal's colours and cursor moves left out
-    assert re.search(rf"predict ━+ +{total}/{total}\b", plain) and f" 0/{total}" in plain, shown[-3000:]
+    assert re.search(rf"predict ━+ +{total}/{total}\b", _plain(shown)) and f" 0/{total}" in _plain(shown), shown[-3000:]
     assert json.loads(r.stdout.splitlines()[-1]).keys() == {"exact_match", "f1"}
+
+
+def _plain(shown):
+    """What a terminal was sent, its colours and cursor moves left out."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+
+
+def _tenths(said, label):
+    """The progress lines `label: N/TOTAL batches (P%)` among the lines `said`, as (N, TOTAL, P)."""
+    pattern = rf"{label}: (\d+)/(\d+) batches \((\d+)%\)"
+    return [tuple(map(int, m.groups())) for line in said if (m := re.fullmatch(pattern, line))]
+
+
+def _features(said, pattern):
+    """The feature count a plan line (matching `pattern`, which ends where the count starts) states."""
+    return next(int(m.group(1)) for line in said if (m := re.search(pattern + r"(\d+) features", line)))
+
+
+def test_the_eval_batch_size_sets_the_forward_passes_and_not_the_answers(tiny_model, sample_dev, tmp_path):
+    """--per-device-eval-batch-size (and run_qa.py's --per_device_eval_batch_size) cuts the eval windows into
+    batches of that many: its progress lines count them. The answers are the default batch's (64)."""
+    runs = {}
+    for size, flag in ((64, None), (16, "--per-device-eval-batch-size"), (5, "--per_device_eval_batch_size")):
+        r = evaluate(tiny_model, sample_dev, tmp_path / str(size), *([flag, size] if flag else []))
+        said = r.stderr.splitlines()
+        windows = _features(said, r"questions, ")
+        assert {t for _, t, _ in _tenths(said, "predict")} == {-(-windows // size)}, said
+        runs[size] = json.loads((tmp_path / str(size) / "predictions.json").read_text())
+    assert runs[16] == runs[64] == runs[5]
+    r = run_bert_squad(
+        *inference_args("predict", tiny_model, sample_dev, tmp_path / "p", "--per-device-eval-batch-size", 0)
+    )
+    assert r.returncode == 2 and "--per-device-eval-batch-size must be positive, not 0" in r.stderr
+
+
+def test_training_shows_its_evaluations_progress_as_evaluate_does(tiny_model, sample_train, sample_dev, tmp_path):
+    """In a log, each evaluation of a training (mid-run and the final one) prints a line at each tenth of its
+    forward passes, as `evaluate` does, in the training's log (stdout), each batch of --per-device-eval-batch-size
+    windows; on a terminal, an eval row of the training's own bar (the final one's bar its own) and no lines."""
+
+    def args(out, *extra):
+        steps = ["--max-steps", 4, "--eval-every", 2, "--log-every", 2, "--per-device-eval-batch-size", 8, *extra]
+        cache = tmp_path / "cache"
+        return train_args(
+            tiny_model, sample_train, out, "--eval-file", sample_dev, *steps, cache=cache, windows=WINDOWS
+        )
+
+    r = run_bert_squad(*args(tmp_path / "log"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stdout.splitlines()
+    total = -(-_features(said, rf"eval {sample_dev}: \d+ questions, ") // 8)
+    done = _tenths(said, "eval")
+    assert total > 10 and len(done) == 20 and {t for _, t, _ in done} == {total}, said
+    assert [n * 10 // total for n, _, _ in done] == [*range(1, 11)] * 2, said
+    assert said.index("eval: " + f"{total}/{total} batches (100%)") < next(
+        i for i, line in enumerate(said) if line.startswith("eval step 2: ")
+    )
+
+    r, shown = _on_a_terminal(args(tmp_path / "tty"), stdout_too=True)
+    assert r.returncode == 0, shown[-3000:]
+    assert "eval: " not in shown and "batches (" not in shown, shown[-3000:]
+    plain = _plain(shown)
+    assert re.search(rf"eval ━+ +{total}/{total}\b", plain) and re.search(r"train ━+ +4/4\b", plain), plain[-3000:]

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import tokenize
 
@@ -12,7 +13,7 @@ import pytest
 from helpers import PYTHON, ROOT
 
 from bert_squad.errors import UserError
-from bert_squad.files import scratch, undone_if_refused, write_text_atomic
+from bert_squad.files import scratch, umask, umask_mode, undone_if_refused, write_text_atomic
 
 # The arguments of the scripts below: where they say their PID, the file whose existence tells them to go, then
 # their own (`args`).
@@ -136,6 +137,32 @@ def test_scratch_and_what_is_written_through_it_take_the_umask_as_new_files_do(t
     assert mode["atomic"] == mode[made[0].name] == mode["plain"] == 0o640
     assert mode[made[1].name] == mode["plain-dir"] == 0o750
     assert made[0].name.startswith(".file-") and made[1].name.startswith(".dir-")
+
+
+def test_the_umask_is_read_without_changing_it(tmp_path):
+    """Reading the umask (`umask_mode`, for every file moved out of scratch) leaves it as it is: a file another
+    thread creates at any moment of the read, here at the return of each call the read makes, gets the umask's
+    mode, never 0666. And the value read is the process's umask."""
+    modes, old = [], os.umask(0o027)
+
+    def create_a_file(frame, event, arg):  # a profile hook: no call of its own is profiled
+        if event == "c_return":
+            path = tmp_path / f"made-{len(modes)}"
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o666))
+            modes.append(path.stat().st_mode & 0o777)
+
+    try:
+        target = scratch(tmp_path, "target")
+        sys.setprofile(create_a_file)
+        try:
+            umask_mode(target)
+        finally:
+            sys.setprofile(None)
+        assert umask() == 0o027 == os.umask(0o027)
+    finally:
+        os.umask(old)
+    assert modes and set(modes) == {0o640}, [oct(m) for m in modes]
+    assert target.stat().st_mode & 0o777 == 0o640
 
 
 # What says that a statement makes a file's name or path.

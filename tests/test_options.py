@@ -26,6 +26,9 @@ VALUES = {
     "--max-steps": "100",
     "--learning-rate": "3e-5",
     "--micro-batch-size": "12",
+    "--gradient-accumulation-steps": "4",
+    "--per-device-eval-batch-size": "16",
+    "--report-to": "csv",
     "--warmup-ratio": "0.06",
     "--log-every": "10",
     "--checkpoint-every": "50",
@@ -91,7 +94,15 @@ def test_hugging_face_reads_its_spellings_as_these_options(parse):
 
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
     shared = [(o, a) for o in aliased() for a in o.aliases if a[2:] in fields]
-    assert {a for _, a in shared} >= {"--learning_rate", "--num_train_epochs", "--per_device_train_batch_size"}
+    assert {a for _, a in shared} >= {
+        "--learning_rate",
+        "--num_train_epochs",
+        "--per_device_train_batch_size",
+        "--gradient_accumulation_steps",
+        "--per_device_eval_batch_size",
+        "--report_to",
+        "--deepspeed",
+    }
     argv = [w for o, a in shared for w in words(a, o)]
     theirs = HfArgumentParser(TrainingArguments).parse_args(argv)
     ours = parse(argv)

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, free_port
 from slurm_jobs import finished, job_env, submit
 
-from bert_squad.distributed import job_port, mpirun_port
+from bert_squad.distributed import job_port, mpirun_port, retries
 
 pytestmark = pytest.mark.slurm
 
@@ -83,3 +83,29 @@ def test_a_second_run_on_the_first_ones_port_fails_in_one_line(slurm_cluster, tm
     assert "second step: exit 2" in text, text[-3000:]
     assert [(r["run"], r["seen"]) for r in met if r] == [("step-0", ["step-0"] * 2)] * 2
     assert info["ExitCode"] == "0:0", info
+
+
+def test_a_step_whose_port_another_run_holds_meets_at_its_next(slurm_cluster, tmp_path):
+    """Step 7 of a job derives a later job's port (`job_port`: job j's step 7 is job j + 1's batch step); here a
+    step of the same job holds that port first (MASTER_PORT exported). Step 7's rank 0 listens on the next of
+    its ports and says so, its rank 1 passes the holder's store to meet it there: the clash costs a retry, and
+    every rank still meets its own run's ranks only."""
+    held = '$(python -c "from bert_squad.distributed import job_port; print(job_port($SLURM_JOB_ID, 7))")'
+    job, info, text, met = meeting(
+        slurm_cluster,
+        tmp_path,
+        f"MASTER_PORT={held} srun --overlap --ntasks=2 {{meet}} 4 &\n"
+        "for i in $(seq 600); do [ $(ls {folder} | grep -c json) -ge 2 ] && break; sleep 0.5; done\n"
+        "for step in 1 2 3 4 5 6; do srun --overlap --ntasks=1 true; done\n"
+        "srun --overlap --ntasks=2 {meet} 4\nwait\n",
+    )
+    assert info["JobState"] == "COMPLETED" and len(met) == 4, text[-3000:]
+    port = job_port(int(job), 7)
+    ports = {record["run"]: {record["port"]} for record in met}
+    for record in met:
+        assert record["seen"] == [record["run"]] * 2, record
+        ports[record["run"]].add(record["port"])
+    assert ports == {"step-0": {port}, "step-7": {retries(port)[0]}}, ports
+    host = socket.gethostname()
+    line = f"rank 0 of job {job} step 7 (2 ranks): {host}:{port} taken, meeting at {host}:{retries(port)[0]}"
+    assert line in text.splitlines(), text[-3000:]

@@ -107,6 +107,7 @@ def test_sigterm_checkpoints_and_exits_75_too(tiny_model, sample_train, tmp_path
         proc.wait_for("step 2/16")
         proc.proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == EXIT_STOPPED, proc.seen()
+        assert "signal SIGTERM: stopping at the next step every rank checks" in proc.stdout
         assert "stop requested (signal SIGTERM)" in proc.stdout
     assert complete_tags(checkpoint_root(out))
 

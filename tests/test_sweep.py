@@ -152,7 +152,9 @@ def test_a_sweep_task_trains_on_the_manifests_arguments(tmp_path, capsys):
         (["--seeds", "3-1"], "runs backwards"),
         (["--seeds", "1,x"], "--seeds"),
         (["--seeds", "1,1"], "listed twice"),
-        (["--seeds", "1", "--grid", "warp_speed=9"], "warp_speed is not a training option"),
+        (["--seeds", "1", "--grid", "warp_speed=9"], "warp_speed is not a training option that takes a value (see"),
+        (["--seeds", "1", "--grid", "lerning-rate=1e-5"], "(did you mean learning_rate?)"),
+        (["--seeds", "1", "--grid", "confg=ds_fp32"], "(did you mean config?)"),
         (["--seeds", "1", "--grid", "learning_rate"], "key=value1,value2"),
         (["--seeds", "1", "--grid", "epochs=two"], "'two' is not a valid --epochs value"),
         (["--seeds", "1", "--grid", "seed=1,2"], "same for every run"),
@@ -164,6 +166,7 @@ def test_a_sweep_task_trains_on_the_manifests_arguments(tmp_path, capsys):
         # Every grid point's training arguments are checked, at a dry run too: its DeepSpeed config where the job
         # starts, its values, and how they go with the common ones.
         (["--seeds", "1", "--grid", "config=ds_fp32,ds_zero9", "--dry-run"], "with config=ds_zero9: ds_zero9: no such"),
+        (["--seeds", "1", "--grid", "config=ds_fp32,ds_bf61", "--dry-run"], "; did you mean 'ds_bf16'?"),
         (["--seeds", "1", "--grid", "warmup_ratio=0.1,1.5"], "with warmup_ratio=1.5: --warmup-ratio 1.5: must be"),
         (
             ["--seeds", "1", "--grid", "max_seq_length=384,96", "--", "--doc-stride", "64"],
@@ -456,7 +459,7 @@ def test_submit_checks_what_the_job_needs_from_the_checkout(slurm_cluster, tmp_p
             .err.strip()
             .endswith(
                 "training arguments: configs/ds_fp33.json: no such DeepSpeed config (a JSON file, or one of ds_bf16, "
-                "ds_fp16, ds_fp32, ds_zero2, ds_zero3)"
+                "ds_fp16, ds_fp32, ds_zero2, ds_zero3); did you mean 'configs/ds_fp32.json'?"  # in the checkout
             )
         )
         assert cli.main([*argv[:-4], "--train-file", "nowhere.json"]) == 2

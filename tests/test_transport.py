@@ -6,7 +6,7 @@ import re
 import tempfile
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, run_bert_squad
 
 from bert_squad import transport
 
@@ -66,22 +66,37 @@ def test_what_the_log_says(name, ofi, text):
     assert found.ofi is ofi and found.describe() == text
 
 
-def test_the_rank_asks_for_a_debug_file_of_its_own_unless_the_user_set_nccl_debug():
+def test_a_rank_asks_for_a_debug_file_of_its_own_while_its_group_starts_on_a_gpu():
     """Each ask is a new file of its own in the temporary directory (`files.scratch`'s, named by no PID: two
     ranks of one PID, in containers of their own PID namespace, share /tmp), which its process group reports
-    on; none where the user set NCCL_DEBUG."""
-    env, other = {"PATH": "/bin"}, {}
-    path, second = transport.ask(env), transport.ask(other)
-    try:
+    on; on the way out, however the group's start ended, the file is gone and the variables are as they were.
+    None on a CPU, none where the user set NCCL_DEBUG."""
+    env, other = {"PATH": "/bin", "NCCL_DEBUG_SUBSYS": "ALL"}, {}
+    with transport.debug_file(True, env) as path, transport.debug_file(True, other) as second:
         assert env == {"PATH": "/bin", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": path}
         assert os.path.dirname(path) == os.path.dirname(second) == tempfile.gettempdir() and path != second
         assert os.path.isfile(path) and str(os.getpid()) not in os.path.basename(path)
-        assert transport.asked(other) == second and transport.asked(env) is None  # the last ask is the process's
-    finally:
-        os.unlink(path)
-        os.unlink(second)
-    mine = {"NCCL_DEBUG": "WARN"}
-    assert transport.ask(mine) is None and mine == {"NCCL_DEBUG": "WARN"} and transport.asked(mine) is None
+    assert env == {"PATH": "/bin", "NCCL_DEBUG_SUBSYS": "ALL"} and other == {}
+    assert not os.path.exists(path) and not os.path.exists(second)
+    with pytest.raises(RuntimeError), transport.debug_file(True, env) as path:  # a rendezvous refused, say
+        raise RuntimeError("the group did not start")
+    assert not os.path.exists(path) and env == {"PATH": "/bin", "NCCL_DEBUG_SUBSYS": "ALL"}
+    for on_gpu, mine in ((False, {}), (True, {"NCCL_DEBUG": "WARN"})):
+        before = dict(mine)
+        with transport.debug_file(on_gpu, mine) as path:
+            assert path is None and mine == before
+
+
+def test_a_refusal_on_a_gpu_node_leaves_no_debug_file(tmp_path):
+    """A command refused before any process group starts makes no debug file, where DeepSpeed's accelerator is
+    a GPU's (DS_ACCELERATOR=cuda, which DeepSpeed takes on this machine without one): the file is made as a
+    group starts, not when the command prepares the process."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"DS_ACCELERATOR": "cuda", "TMPDIR": str(scratch)}
+    r = run_bert_squad("--model", tmp_path / "no-model", "--output-dir", tmp_path / "out", env=env)
+    assert r.returncode == 2 and "no-model" in r.stderr, r.stderr[-2000:]
+    assert list(scratch.glob(".bert-squad-nccl-*")) == []  # (torch's own caches may be there)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +112,6 @@ def test_a_fall_back_to_sockets_on_an_ofi_site_is_a_warning(tmp_path, capsys, na
     assert (
         bool(re.match(r"rank 3: warning: this site's collectives should run over its libfabric plugin", err)) is warned
     )
-    assert not log.exists()  # read once, then removed
 
 
 def test_the_job_script_says_which_network_the_site_configures():

@@ -7,6 +7,7 @@ others resume from their checkpoints; it is refused while the last submitted arr
 the queue. `bert-squad summarize` reads the same manifest.
 """
 
+import difflib
 import itertools
 import os
 import re
@@ -62,9 +63,10 @@ def parse_grid(items: list[str]) -> list[tuple[str, str, list[str]]]:
             raise UserError(f"--grid {item!r}: use key=value1,value2 (e.g. learning_rate=3e-5,5e-5)")
         option = options.get(grid_flag(key))
         if option is None or option.type is bool:
-            raise UserError(
-                f"--grid {item!r}: {key} is not a training option that takes a value (see python -m bert_squad --help)"
-            )
+            keys = [*GRID_SHORTHANDS, *(o.flag[2:].replace("-", "_") for o in options.values() if o.type is not bool)]
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean {close[0]}?" if close else "see python -m bert_squad --help"
+            raise UserError(f"--grid {item!r}: {key} is not a training option that takes a value ({hint})")
         if option.sweep != "grid":
             raise UserError(f"--grid {item!r}: {key} is the same for every run of a sweep (give it after --)")
         if any(k == key for k, _, _ in grid):
