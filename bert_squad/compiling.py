@@ -22,6 +22,17 @@ def options(device_type: str) -> dict[str, Any]:
     return dict(fullgraph=True, dynamic=False, **({"mode": "reduce-overhead"} if device_type == "cuda" else {}))
 
 
+def unsupported(device_type: str) -> str | None:
+    """Why this torch cannot compile the training step as --compile does on a `device_type` device (None: it
+    can): on a GPU it needs inductor's `cudagraph_or_error`, which torch 2.8 lacks and 2.10 has."""
+    if device_type == "cuda" and not hasattr(torch._inductor.config.triton, "cudagraph_or_error"):
+        return (
+            f"on a GPU it needs a torch whose inductor has triton.cudagraph_or_error (torch 2.10 has it; this is "
+            f"{torch.__version__}), which keeps every graph in CUDA graphs; train without --compile"
+        )
+    return None
+
+
 def compile_model(module: torch.nn.Module, device_type: str) -> None:
     """Compile the model's forward (and with it, through AOTAutograd, its backward) for training on a
     `device_type` device, in place. The forward alone, not the module's call as DeepSpeed's `engine.compile()`

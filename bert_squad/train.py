@@ -165,6 +165,9 @@ def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
     settings = deepspeed_settings(cfg, dist, planning)
+    why = compiling.unsupported(distributed.rank_device(dist).type) if cfg.speed.compile else None
+    if why:
+        raise UserError(f"--compile: {why}")
     resuming = resume.decide(resume_from, settings) if resume_from else None
     settings = resuming.settings if resuming else settings
     train_examples, dev_examples = data.load_examples(cfg.data)

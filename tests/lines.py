@@ -37,6 +37,7 @@ ANYWHERE = ("slow", "mpi", "oracle", "gpu", "cpu", "compat")
 COMPAT_FILES = [
     "tests/test_train.py",
     "tests/test_resume_anywhere.py",
+    "tests/test_compiling.py",
     "tests/test_evaluate.py",
     "tests/test_answer.py",
     "tests/test_families.py",
