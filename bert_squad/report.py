@@ -19,6 +19,7 @@ from bert_squad.config import PADDINGS
 
 if TYPE_CHECKING:  # types only: importing them here would import torch's companions into every command
     from collections.abc import Mapping
+    from pathlib import Path
 
     import torch
 
@@ -98,8 +99,14 @@ def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torc
     )
 
 
-def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
-    return f"eval step {step}: {json.dumps(metrics)}"
+def eval_line(step: int, metrics: Mapping[str, Any], seconds: float) -> str:
+    """An evaluation's metrics, and its time, which the training rates leave out (`perf.Meter.paused`)."""
+    return f"eval step {step}: {json.dumps(metrics)} [{seconds:.1f}s]"
+
+
+def checkpoint_line(step: int, path: Path, seconds: float) -> str:
+    """A checkpoint's place, and its time, which the training rates leave out (`perf.Meter.paused`)."""
+    return f"checkpoint step {step}: saved {path} [{seconds:.1f}s]"
 
 
 def early_stop_line(step: int, patience: int, record: Best) -> str:

@@ -352,8 +352,10 @@ def loop(run: Run) -> int:
                 shown.log(report.rates_line(progress.step, total, lr, run.last_rates, device, skipped))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
+            # (their time is neither step's: each says its own, and the training rates leave it out)
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
-                evaluate_now(run)
+                with run.meter.paused():
+                    evaluate_now(run)
                 if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
                     report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
                     break
@@ -362,7 +364,8 @@ def loop(run: Run) -> int:
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
             # checkpoint every --checkpoint-every steps, and at the step where the ranks agreed to stop
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
-                save_checkpoint(run)
+                with run.meter.paused():
+                    save_checkpoint(run)
             if stopping:
                 report.log(dist, report.stopped_line(progress.step, stop.signum, EXIT_STOPPED))
                 return EXIT_STOPPED
@@ -389,8 +392,8 @@ def unscale_and_clip(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Pa
 
 def save_checkpoint(run: Run) -> None:
     """A checkpoint of this step, with the best step's record beside it when --keep-best keeps one."""
-    cfg = run.inputs.cfg
-    checkpoint.save(
+    cfg, t0 = run.inputs.cfg, time.perf_counter()
+    path = checkpoint.save(
         run.engine,
         cfg.data.output_dir,
         run.progress,
@@ -399,12 +402,13 @@ def save_checkpoint(run: Run) -> None:
         run.inputs.stamp,
         extra=run.save_extras,
     )
+    report.log(run.inputs.dist, report.checkpoint_line(run.progress.step, path, time.perf_counter() - t0))
 
 
 def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[dict[str, Any]]:
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0. With a best
     to keep, the predictions go beside the export of each new best instead of into `output_dir`."""
-    inputs = run.inputs
+    inputs, t0 = run.inputs, time.perf_counter()
     if run.work.dev_features is None or inputs.dev_examples is None:  # both or neither
         return None
     if run.best_so_far and inputs.dist.is_main:
@@ -419,7 +423,7 @@ def evaluate_now(run: Run, output_dir: Optional[PathLike] = None) -> Optional[di
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.history.evals.append(dict(metrics, step=run.progress.step))
-        report.log(inputs.dist, report.eval_line(run.progress.step, metrics))
+        report.log(inputs.dist, report.eval_line(run.progress.step, metrics, time.perf_counter() - t0))
     if run.best_so_far and run.best_so_far.judge(run.progress.step, metrics):
         export_best(run)
     return metrics
