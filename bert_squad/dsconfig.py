@@ -523,7 +523,10 @@ def _check_precision(reading: Reading, path: PathLike, device: Optional["torch.d
     if device is None:
         return ["fp16.enabled: a GPU (DeepSpeed's fp16 weights run on a GPU only)"]
     if device.type == "cpu":
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32, ds_bf16 or ds_fp16")
+        raise UserError(
+            f"{path}: fp16.enabled needs a GPU and none is visible; on a CPU use ds_fp32, or ds_bf16 where it computes "
+            f"bf16 (or name no config: the run chooses by the CPU)"
+        )
     return []
 
 

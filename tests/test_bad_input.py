@@ -290,6 +290,13 @@ CASES = {
         lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
         r"t.json: JSON nested deeper than the parser allows",
     ),
+    # The Trainer's precision flags each name a shipped config: with another, or with each other, one line.
+    "--bf16 with a config": (
+        lambda w: ["--bf16", "--deepspeed-config", "ds_fp32"],
+        r"--bf16 and --deepspeed-config ds_fp32: each names the run's DeepSpeed config \(--bf16 ds_bf16, --fp16 "
+        r"ds_fp16\); give one$",
+    ),
+    "--bf16 with --fp16": (lambda w: ["--fp16", "--bf16"], r"--bf16 and --fp16: each names the run's DeepSpeed config"),
     "a config nested too deep": (
         lambda w: ["--deepspeed_config", w("c.json", "[" * 100_000 + "]" * 100_000)],
         r"c.json: JSON nested deeper than the parser allows",
