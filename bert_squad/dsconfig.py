@@ -153,14 +153,20 @@ def load(name_or_path: PathLike) -> dict[str, Any]:
 
 def read(path: Path) -> dict[str, Any]:
     """The config file's top-level object; keys DeepSpeed does not read are refused, with a suggestion."""
-    cfg = read_json(path, what="a DeepSpeed config")
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: a DeepSpeed config is a JSON object")
+    cfg = read_object(path)
     unknown = sorted(set(cfg) - deepspeed_keys())
     if unknown:
         close = difflib.get_close_matches(unknown[0], deepspeed_keys(), n=1)
         hint = f"did you mean '{close[0]}'?" if close else "see the DeepSpeed config documentation"
         raise UserError(f"{path}: unknown key '{unknown[0]}' ({hint})")
+    return cfg
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """The config file's top-level JSON object, read without DeepSpeed: checked before a command loads it."""
+    cfg = read_json(path, what="a DeepSpeed config")
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: a DeepSpeed config is a JSON object")
     return cfg
 
 

@@ -17,23 +17,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 import numpy as np
-import torch
 
-from bert_squad import cache, config, distributed, model, outputs, report, task
-from bert_squad.batching import Collator, feature_lengths
+from bert_squad import cache, config, model, outputs, task
 from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
-from bert_squad.distributed import DistEnv
 from bert_squad.errors import UserError
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import PathLike, writable_directory, write_json_atomic
+from bert_squad.files import PathLike, directory, readable, writable_directory, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import Predictions, postprocess_predictions
 from bert_squad.squad import to_articles
 
-if TYPE_CHECKING:  # the libraries load with the model and the features
+if TYPE_CHECKING:  # the libraries load with the model and the features, after the command's inputs are checked
     import datasets
+    import torch
     from transformers import PreTrainedModel
+
+    from bert_squad import report
+    from bert_squad.distributed import DistEnv
 
 EVAL_BATCH = 64
 
@@ -41,16 +42,21 @@ EVAL_BATCH = 64
 def predict_logits(
     module: "PreTrainedModel",
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
-    dist: Optional[DistEnv] = None,
+    dist: Optional["DistEnv"] = None,
     batch_size: int = EVAL_BATCH,
-    autocast: Optional[torch.dtype] = None,
+    autocast: Optional["torch.dtype"] = None,
     shown: bool = False,
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere; the forward
     under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`);
     with `shown`, rank 0 shows its progress (`report.InferenceProgress`)."""
+    import torch  # heavy: loaded with the model, after the command's inputs are checked
+
+    from bert_squad import distributed, report
+    from bert_squad.batching import feature_lengths
+
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = feature_lengths(features)
     # Longest first, ties in feature order: the same batches whatever the world size.
@@ -81,7 +87,7 @@ def predict_logits(
 def _forward(
     module: "PreTrainedModel",
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
     batches: list[list[int]],
     rank: int,
@@ -93,6 +99,10 @@ def _forward(
     """This rank's batches through the model: its features' start logits (row 0) and end logits (row 1),
     each trimmed to the feature's length and laid end to end in the order they ran (`width` in all). Every rank
     runs the same number of forward passes (see the module's docstring)."""
+    import torch  # heavy: loaded with the model, after the command's inputs are checked
+
+    from bert_squad.batching import Collator
+
     collate = Collator(pad_id, labels=False)
     inputs = features.select_columns(collate.columns(features))
     mine = np.empty((2, width), dtype=np.float32)
@@ -120,11 +130,11 @@ def predict(
     module: "PreTrainedModel",
     examples: Examples,
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
     postprocess: PostprocessConfig,
-    dist: Optional[DistEnv] = None,
-    autocast: Optional[torch.dtype] = None,
+    dist: Optional["DistEnv"] = None,
+    autocast: Optional["torch.dtype"] = None,
     shown: bool = False,
 ) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
@@ -243,9 +253,9 @@ class Loaded(NamedTuple):
     module: "PreTrainedModel"
     examples: Examples
     features: "datasets.Dataset"
-    device: torch.device
+    device: "torch.device"
     pad_id: int
-    dist: DistEnv
+    dist: "DistEnv"
 
     def answers(self, postprocess: PostprocessConfig, examples: Optional[Examples] = None) -> Optional[Predictions]:
         """`predict` over this file's features, progress shown: the answers to its examples (or to `examples`, the
@@ -262,6 +272,8 @@ def on_every_rank(
 ) -> list[Any]:
     """Load the model in `model_dir` (`Inference.model_dir`), then on every rank the launcher started build the
     features of each file's examples in `windows` and run `work`: the results, in file order."""
+    from bert_squad import distributed  # torch's: loaded with the model, after the command's inputs are checked
+
     cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
     tokenizer = model.load_tokenizer(model_dir)
     for examples in files:
@@ -298,6 +310,15 @@ def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
             f"their predictions would share one folder of --output-dir"
         )
     return [Path(output_dir) / name for name in names]
+
+
+def check(asked: Evaluation) -> None:
+    """What `run` reads and fills that needs no library, checked before any is loaded: the eval files, the
+    model's directory, the output dir."""
+    for path in asked.eval_files:
+        readable(path, "a SQuAD JSON file")
+    asked.inference.model_dir()
+    directory(asked.inference.output_dir, "--output-dir ")
 
 
 def run(asked: Evaluation) -> int:

@@ -54,7 +54,7 @@ def prepare(*, offline: bool = True, deepspeed: bool = False, debug: bool = Fals
     warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated")
     logging.getLogger("DeepSpeed").addFilter(_not_noise)  # the logger DeepSpeed creates at import, filter kept
     if deepspeed:
-        _prepare_deepspeed(debug)
+        prepare_deepspeed(debug)
 
 
 def _one_write_a_line() -> None:
@@ -90,7 +90,9 @@ def _quiet_loaded_libraries(level: str) -> None:
         datasets.utils.logging.set_verbosity(getattr(logging, level.upper()))
 
 
-def _prepare_deepspeed(debug: bool) -> None:
+def prepare_deepspeed(debug: bool) -> None:
+    """DeepSpeed imported (it picks the accelerator) and set up for a command that starts it; the command line
+    does this after the command's inputs are checked (`cli`), `prepare(deepspeed=True)` at once."""
     try:  # its import picks the accelerator, and refuses a DS_ACCELERATOR it does not know
         import deepspeed  # heavy: only the commands that start DeepSpeed import it
     except ValueError as err:
