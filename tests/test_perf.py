@@ -62,3 +62,19 @@ def test_rates_count_training_not_an_evaluation_or_checkpoint_in_the_window():
     except RuntimeError:
         pass
     assert meter.run_rates()["samples_per_second"] == 48 / 2.5
+
+
+def test_a_command_keeps_few_onednn_kernels_unless_told_otherwise():
+    """oneDNN keeps the kernels (and buffers) of every shape it met, 1,024 by default; a command's process keeps 16
+    (docs/measurements/2026-12-cpu-defaults.md), set before torch loads; a value in the environment wins."""
+    import os
+    import subprocess
+    import sys
+
+    name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+    show = f"import os; from bert_squad import runtime; runtime.prepare(); print(os.environ['{name}'])"
+    env = {k: v for k, v in os.environ.items() if k != name}
+    for given, kept in ((None, "16"), ("256", "256")):
+        run_env = env if given is None else {**env, name: given}
+        done = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, env=run_env, check=True)
+        assert done.stdout.strip() == kept
