@@ -47,9 +47,10 @@ print(f"dev-v1.1-subset: EM {v1['exact_match']:.2f} F1 {v1['f1']:.2f}")
 if v2:
     print(f"dev-v2.0-subset: EM {v2['exact']:.2f} F1 {v2['f1']:.2f} (HasAns F1 {v2['HasAns_f1']:.2f}, "
           f"NoAns {v2['NoAns_exact']:.2f}, best F1 {v2.get('best_f1', float('nan')):.2f} at threshold {v2.get('best_f1_thresh', float('nan')):.2f})")
+padding = tm.get("config", {}).get("speed", {}).get("padding", "longest, grouped by length")  # the Trainer's: no config
 print(f"wall time: train+eval {train_s}s (median {rate:.1f} samples/s a log window, peak {tm['peak_memory_gib']:.1f} GiB), "
-      f"v2 eval {v2_s}s")
+      f"v2 eval {v2_s}s; {tm['precision']}, padded to {padding}")
 print(json.dumps({"v1_exact_match": v1["exact_match"], "v1_f1": v1["f1"], **({"v2_exact": v2["exact"], "v2_f1": v2["f1"]} if v2 else {}),
                   "train_eval_seconds": train_s, "v2_eval_seconds": v2_s, "samples_per_second": rate,
-                  "peak_memory_gib": tm["peak_memory_gib"]}))
+                  "peak_memory_gib": tm["peak_memory_gib"], "precision": tm["precision"], "padding": padding}))
 PY

@@ -62,8 +62,22 @@ def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True)
     return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=name), tokens, tokenizer
 
 
-def windows_callback(per_sample: dict, peak: Any) -> Any:
-    """A TrainerCallback that records each logging window's rates the way the project's log lines give them."""
+class CountingCollator:
+    """A collator that also counts the real (not padding) tokens of the batches it makes, on their host copy: the
+    recipe's tokens/s, as the project's log lines count them (its batches are collated in the training process)."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate, self.tokens = collate, 0
+
+    def __call__(self, rows: list) -> Any:
+        batch = self.collate(rows)
+        self.tokens += int(batch["attention_mask"].numpy().sum())
+        return batch
+
+
+def windows_callback(per_sample: dict, peak: Any, counted: Any = None) -> Any:
+    """A TrainerCallback that records each logging window's rates the way the project's log lines give them;
+    tokens/s from a `CountingCollator`'s count where given (samples/s times `per_sample["tokens"]` else)."""
     from transformers import TrainerCallback  # heavy: after the arguments are read
 
     class Windows(TrainerCallback):
@@ -71,25 +85,26 @@ def windows_callback(per_sample: dict, peak: Any) -> Any:
             self.logs: list = []
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.since, self.step = time.perf_counter(), 0
+            self.since, self.step, self.tokens = time.perf_counter(), 0, counted.tokens if counted else 0
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or "loss" not in logs:  # the summary at the end of training
                 return
             now = time.perf_counter()
             rate = (state.global_step - self.step) * BATCH / (now - self.since)
+            tokens = (counted.tokens - self.tokens) / (now - self.since) if counted else rate * per_sample["tokens"]
             tflops = rate * per_sample["flops"] / 1e12
             self.logs.append(
                 dict(
                     step=state.global_step,
                     loss=logs["loss"],
                     samples_per_second=rate,
-                    tokens_per_second=rate * per_sample["tokens"],
+                    tokens_per_second=tokens,
                     tflops_per_device=tflops,
                     mfu=tflops / peak if peak else None,
                 )
             )
-            self.since, self.step = now, state.global_step
+            self.since, self.step, self.tokens = now, state.global_step, counted.tokens if counted else 0
 
     return Windows()
 
@@ -156,12 +171,13 @@ def train(args: argparse.Namespace) -> dict:
         bf16 = choices.cpu_computes("bf16", choices.this_cpuinfo())
     name = perf.device_name(device)
     per_sample = {"flops": perf.flops_per_sample(perf.model_shape(model), args.max_seq_length), "tokens": tokens}
-    windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"))
+    collate = CountingCollator(DataCollatorWithPadding(tokenizer)) if recipe else None
+    windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"), collate)
     trainer = Trainer(
         model=model,
         args=training_arguments(args, bf16, device.type == "cpu"),
         train_dataset=dataset,
-        data_collator=DataCollatorWithPadding(tokenizer) if recipe else default_data_collator,
+        data_collator=collate or default_data_collator,
         processing_class=tokenizer,
         callbacks=[windows],
     )

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,7 +63,8 @@ def commands(args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
 def run(side: str, cmd: list[str], out: Path, profile: bool) -> dict:
     """One side's run (under py-spy where `profile`), its train_metrics.json and wall seconds."""
     if profile:  # where the process spends its time, native frames included, 50 samples a second
-        spy = ["py-spy", "record", "--rate", "50", "--native", "--format", "raw", "-o", str(out / f"{side}.spy")]
+        spy = [shutil.which("py-spy", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}") or "py-spy"]
+        spy += ["record", "--rate", "50", "--native", "--format", "raw", "-o", str(out / f"{side}.spy")]
         cmd = [*spy, "--", *cmd]
     log = out / f"{side}.log"
     started = time.perf_counter()
@@ -76,13 +78,14 @@ def run(side: str, cmd: list[str], out: Path, profile: bool) -> dict:
 
 def row(side: str, m: dict) -> dict:
     """A side's figures: what it trained in, its rates and memory."""
-    windows = [log["samples_per_second"] for log in m["logs"]]
+    logs = m["logs"][1:] or m["logs"]  # the first window holds the first steps' set-up
     config = m.get("config", {})
     return {
         "run": side,
         "precision": m["precision"],
         "padding": config.get("speed", {}).get("padding", "longest, grouped by length"),
-        "median_window_samples_per_second": statistics.median(windows[1:] or windows),
+        "median_window_samples_per_second": statistics.median(log["samples_per_second"] for log in logs),
+        "median_window_tokens_per_second": statistics.median(log["tokens_per_second"] for log in logs),
         "run_samples_per_second": m.get("run_samples_per_second"),
         "peak_memory_gib": m["peak_memory_gib"],
         "steps": m["steps"],
@@ -118,20 +121,26 @@ def main() -> None:
             if args.only in (None, side)
         ]
     print(
-        f"| {args.steps} steps of {16} at {args.seq} | precision | padding | samples/s (median window) | "
-        "samples/s (run) | peak memory | wall |"
+        f"| {args.steps} steps of 16 at {args.seq} | precision | padding | samples/s (median window) | "
+        "real tokens/s (median window) | samples/s (run) | peak memory | wall |"
     )
-    print("|---|---|---|--:|--:|--:|--:|")
+    print("|---|---|---|--:|--:|--:|--:|--:|")
     for r in rows:
         run_rate = f"{r['run_samples_per_second']:.2f}" if r["run_samples_per_second"] else "-"
         print(
             f"| {r['run']} | {r['precision']} | {r['padding']} | {r['median_window_samples_per_second']:.2f} | "
-            f"{run_rate} | {r['peak_memory_gib']:.2f} GiB | {r['wall_s']:.0f} s |"
+            f"{r['median_window_tokens_per_second']:.0f} | {run_rate} | {r['peak_memory_gib']:.2f} GiB | "
+            f"{r['wall_s']:.0f} s |"
         )
     if len(rows) == 2:
-        speed = rows[0]["median_window_samples_per_second"] / rows[1]["median_window_samples_per_second"]
-        memory = rows[0]["peak_memory_gib"] - rows[1]["peak_memory_gib"]
-        print(f"the project trains {speed:.2f}x the Trainer's samples/s at {memory:+.2f} GiB of peak memory")
+        project, trainer = rows
+        speed = project["median_window_samples_per_second"] / trainer["median_window_samples_per_second"]
+        tokens = project["median_window_tokens_per_second"] / trainer["median_window_tokens_per_second"]
+        memory = project["peak_memory_gib"] - trainer["peak_memory_gib"]
+        print(
+            f"the project trains {speed:.2f}x the Trainer's samples/s ({tokens:.2f}x its real tokens/s: the sides' "
+            f"first steps differ in length, an epoch does not) at {memory:+.2f} GiB of peak memory"
+        )
     print(json.dumps(rows))
 
 
