@@ -42,7 +42,8 @@ v1_dir, out, train_s, v2_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 v1 = json.load(open(f"{v1_dir}/eval_metrics.json"))
 v2 = json.load(open(f"{out}/v2/eval_metrics.json")) if os.path.exists(f"{out}/v2/eval_metrics.json") else None
 tm = json.load(open(f"{out}/train_metrics.json"))
-rate = statistics.median(log["samples_per_second"] for log in tm["logs"][1:] or tm["logs"])
+logs = tm["logs"][1:] or tm["logs"]  # a run shorter than a log window has none: its whole run's rate
+rate = statistics.median(log["samples_per_second"] for log in logs) if logs else tm["run_samples_per_second"]
 print(f"dev-v1.1-subset: EM {v1['exact_match']:.2f} F1 {v1['f1']:.2f}")
 if v2:
     print(f"dev-v2.0-subset: EM {v2['exact']:.2f} F1 {v2['f1']:.2f} (HasAns F1 {v2['HasAns_f1']:.2f}, "

@@ -272,7 +272,7 @@ def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train,
         launcher=MPIRUN,
     )
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
-    assert "bf16, zero stage 2" in r.stdout
+    assert f"bf16 ({config[1]}, given), zero stage 2" in r.stdout  # the plan line: the config named, and why
     assert r.stdout.count("step 10/10 loss") == 1, r.stdout  # the log lines are rank 0's alone
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["train_batch_size"] == 32
@@ -427,7 +427,9 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     r = tiny_run(
         tiny_model, sample_train, tmp_path, *common, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN
     )
-    assert "fp32, zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+    assert (
+        f"fp32 ({zero3}, given), zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+    )
 
     exported, initial = load_file(str(out / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
     for name, weight in initial.items():
