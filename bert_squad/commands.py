@@ -28,10 +28,9 @@ COMMANDS = {
     ),
     "download": Command("bert_squad.download:parse_download", "bert_squad.download:download", offline=False),
     "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
-    "evaluate": Command(
-        "bert_squad.evaluate:parse", "bert_squad.evaluate:run", True, check="bert_squad.evaluate:check"
-    ),
-    "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", True, check="bert_squad.predict:check"),
+    # evaluate and predict set DeepSpeed up where ranks meet through it (evaluate.on_every_rank); one process needs none
+    "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", check="bert_squad.evaluate:check"),
+    "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", check="bert_squad.predict:check"),
     "export": Command("bert_squad.export:parse", "bert_squad.export:run"),
     "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
     "test": Command("bert_squad.inspect_answers:parse", "bert_squad.inspect_answers:run"),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from bert_squad import cache, config, model, outputs, task
+from bert_squad import cache, config, model, outputs, runtime, task
 from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
 from bert_squad.errors import UserError
@@ -190,6 +190,7 @@ class Inference:
     windows: dict[str, Any]
     preprocess: PreprocessConfig
     output_dir: str
+    debug: bool = False  # --debug: DeepSpeed's info logging where ranks meet through it (`on_every_rank`)
 
     def model_dir(self) -> Path:
         """The model's directory: the given one, or a hub name's snapshot in the cache."""
@@ -225,6 +226,7 @@ def inference_from_args(args: argparse.Namespace) -> Inference:
         config.given(WindowConfig, args),
         config.from_args(PreprocessConfig, args),
         args.output_dir,
+        args.debug,
     )
 
 
@@ -271,7 +273,9 @@ def on_every_rank(
     job: Inference, model_dir: Path, windows: WindowConfig, files: Sequence[Examples], work: FileWork
 ) -> list[Any]:
     """Load the model in `model_dir` (`Inference.model_dir`), then on every rank the launcher started build the
-    features of each file's examples in `windows` and run `work`: the results, in file order."""
+    features of each file's examples in `windows` and run `work`: the results, in file order. Several ranks meet
+    in DeepSpeed's process group (set up as a command sets it up, `runtime.prepare_deepspeed`); one process loads
+    no DeepSpeed and starts no group."""
     from bert_squad import distributed  # torch's: loaded with the model, after the command's inputs are checked
 
     cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
@@ -282,8 +286,10 @@ def on_every_rank(
     model.check_window(module, windows.max_seq_length, model_dir)
     writable_directory(job.output_dir, "--output-dir ")
     dist = distributed.detect()
+    if dist.world_size > 1:
+        runtime.prepare_deepspeed(job.debug)
     results = []
-    with distributed.process_group(dist) as device:
+    with distributed.process_group(dist) if dist.world_size > 1 else distributed.alone() as device:
         module.to(device)
         for i, examples in enumerate(files):
             workers = job.preprocess.preprocessing_workers
