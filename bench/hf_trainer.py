@@ -19,11 +19,13 @@ timed where the Trainer logs, after it has read the loss from the device), `engi
 padded length, as the project's do.
 
 With `--epochs` it trains the project's accuracy recipe instead, for the accuracy table's Trainer rows
-(bench/accuracy.sh --trainer): --epochs, --learning-rate, --seed and the dropout rates as the project's run
-takes them, linear warmup over --warmup-ratio of the steps then linear decay, weight decay 0.01 (not on biases
-and LayerNorm), gradient norm clipped to 1, fp32, each batch padded to its longest and grouped by length
-(`train_sampling_strategy="group_by_length"`), as the project batches; then the saved model is evaluated by
-the project's `evaluate` on --eval-file (the same post-processing and official-rule scorer), into OUT/eval.
+(bench/accuracy.sh with TRAINER=1) and bench/vs_trainer.py: --epochs (or --max-steps), --learning-rate, --seed
+and the dropout rates as the project's run takes them, linear warmup over --warmup-ratio of the steps then
+linear decay, weight decay 0.01 (not on biases and LayerNorm), gradient norm clipped to 1, each batch padded to
+its longest and grouped by length (`train_sampling_strategy="group_by_length"`), and the Trainer's `bf16=True`
+(bf16 autocast over fp32 weights) where the device computes bf16 natively, by the project's own rule
+(`bert_squad.choices`): the Trainer at its best for the machine; then the saved model is evaluated by the
+project's `evaluate` on --eval-file (the same post-processing and official-rule scorer), into OUT/eval.
 """
 
 import argparse
@@ -60,8 +62,22 @@ def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True)
     return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=name), tokens, tokenizer
 
 
-def windows_callback(per_sample: dict, peak: Any) -> Any:
-    """A TrainerCallback that records each logging window's rates the way the project's log lines give them."""
+class CountingCollator:
+    """A collator that also counts the real (not padding) tokens of the batches it makes, on their host copy: the
+    recipe's tokens/s, as the project's log lines count them (its batches are collated in the training process)."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate, self.tokens = collate, 0
+
+    def __call__(self, rows: list) -> Any:
+        batch = self.collate(rows)
+        self.tokens += int(batch["attention_mask"].numpy().sum())
+        return batch
+
+
+def windows_callback(per_sample: dict, peak: Any, counted: Any = None) -> Any:
+    """A TrainerCallback that records each logging window's rates the way the project's log lines give them;
+    tokens/s from a `CountingCollator`'s count where given (samples/s times `per_sample["tokens"]` else)."""
     from transformers import TrainerCallback  # heavy: after the arguments are read
 
     class Windows(TrainerCallback):
@@ -69,25 +85,26 @@ def windows_callback(per_sample: dict, peak: Any) -> Any:
             self.logs: list = []
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.since, self.step = time.perf_counter(), 0
+            self.since, self.step, self.tokens = time.perf_counter(), 0, counted.tokens if counted else 0
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or "loss" not in logs:  # the summary at the end of training
                 return
             now = time.perf_counter()
             rate = (state.global_step - self.step) * BATCH / (now - self.since)
+            tokens = (counted.tokens - self.tokens) / (now - self.since) if counted else rate * per_sample["tokens"]
             tflops = rate * per_sample["flops"] / 1e12
             self.logs.append(
                 dict(
                     step=state.global_step,
                     loss=logs["loss"],
                     samples_per_second=rate,
-                    tokens_per_second=rate * per_sample["tokens"],
+                    tokens_per_second=tokens,
                     tflops_per_device=tflops,
                     mfu=tflops / peak if peak else None,
                 )
             )
-            self.since, self.step = now, state.global_step
+            self.since, self.step, self.tokens = now, state.global_step, counted.tokens if counted else 0
 
     return Windows()
 
@@ -106,10 +123,10 @@ def training_arguments(args: argparse.Namespace, bf16: bool, cpu: bool) -> Any:
         optim="adamw_torch_fused",
     )
     if args.epochs:
-        recipe = dict(learning_rate=args.learning_rate, num_train_epochs=args.epochs, seed=args.seed)
+        recipe = dict(learning_rate=args.learning_rate, num_train_epochs=args.epochs, seed=args.seed, bf16=bf16)
         recipe.update(warmup_steps=args.warmup_ratio, weight_decay=0.01, max_grad_norm=1.0)  # a float: a share
-        recipe.update(train_sampling_strategy="group_by_length")  # transformers 5's names
-        return TrainingArguments(**common, **recipe)  # fp32, batches collated in the training process (the CPU's)
+        recipe.update(train_sampling_strategy="group_by_length", max_steps=args.max_steps or -1)  # transformers 5's
+        return TrainingArguments(**common, **recipe)  # batches collated in the training process (the CPU's)
     return TrainingArguments(
         **common,
         learning_rate=LR,
@@ -141,27 +158,30 @@ def train(args: argparse.Namespace) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, default_data_collator
     from transformers.utils import is_torch_bf16_available_on_device
 
+    from bert_squad import choices, perf
     from bert_squad import model as qa_model
-    from bert_squad import perf
 
     recipe = bool(args.epochs)
     dataset, tokens, tokenizer = padded_features(args.model, args.train_file, args.max_seq_length, fixed=not recipe)
     transformers.set_seed(args.seed if recipe else SEED)  # the span head starts as the project's run of that seed
     model = qa_model.load_qa_model(args.model, dropout=args.dropout, attention_dropout=args.attention_dropout)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bf16 = is_torch_bf16_available_on_device(device.type) and not recipe
+    bf16 = is_torch_bf16_available_on_device(device.type)  # run_qa.py's rule; the recipe's is the project's
+    if recipe and device.type == "cpu":
+        bf16 = choices.cpu_computes("bf16", choices.this_cpuinfo())
     name = perf.device_name(device)
     per_sample = {"flops": perf.flops_per_sample(perf.model_shape(model), args.max_seq_length), "tokens": tokens}
-    windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"))
+    collate = CountingCollator(DataCollatorWithPadding(tokenizer)) if recipe else None
+    windows = windows_callback(per_sample, perf.peak_tflops(name, "bf16" if bf16 else "fp32"), collate)
     trainer = Trainer(
         model=model,
         args=training_arguments(args, bf16, device.type == "cpu"),
         train_dataset=dataset,
-        data_collator=DataCollatorWithPadding(tokenizer) if recipe else default_data_collator,
+        data_collator=collate or default_data_collator,
         processing_class=tokenizer,
         callbacks=[windows],
     )
-    trainer.train()
+    speed = trainer.train().metrics["train_samples_per_second"]  # over the Trainer's whole training loop
     if recipe:
         trainer.save_model(str(args.out / "model"))  # the weights, config and tokenizer, for `evaluate`
     return {
@@ -171,6 +191,7 @@ def train(args: argparse.Namespace) -> dict:
         "engine": engine_facts(trainer, bf16),
         "device": name,
         "logs": windows.logs,
+        "run_samples_per_second": speed,
         "peak_memory_gib": perf.peak_memory_gib(device),
         "features": len(dataset),
     }
@@ -186,6 +207,7 @@ def main() -> int:
     p.add_argument("--log-every", type=int, default=100)
     recipe = p.add_argument_group("the accuracy recipe (bench/accuracy.sh --trainer), instead of --steps")
     recipe.add_argument("--epochs", type=float, default=0.0, help="train this many epochs of the recipe")
+    recipe.add_argument("--max-steps", type=int, default=0, help="train this many steps of it (0: --epochs decide)")
     recipe.add_argument("--learning-rate", type=float, default=1e-4)
     recipe.add_argument("--warmup-ratio", type=float, default=0.1)
     recipe.add_argument("--seed", type=int, default=SEED)

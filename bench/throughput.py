@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Training throughput of the project's batching (length-grouped, padded to length buckets) against fixed
-384-token padding, on the same data, model, config and device, in one run.
+"""Training throughput of the project's batching (length-grouped, padded as the device chooses: to each batch's
+longest on a CPU, to length buckets where the step is compiled and on a GPU) against fixed 384-token padding,
+on the same data, model, config and device, in one run.
 
 Each variant is a real training run (`python -m bert_squad`, or under the launcher you wrap this in)
 of --steps optimizer steps; the figures are those of the second half of the steps, after warm-up.
@@ -88,8 +89,8 @@ def run(args, work, fixed):
 
 def real_token_shares(args):
     """The share of the tokens the model computes that are real (not padding), over one epoch of the
-    length-grouped plan of `args.train_file`, for each way of padding a batch (--padding): to its longest feature,
-    to its length bucket (the default), and to --max-seq-length."""
+    length-grouped plan of `args.train_file`, for each way of padding a batch (--padding): to its longest feature
+    (a CPU's default), to its length bucket (a compiled step's and a GPU's), and to --max-seq-length."""
     from bert_squad import dsconfig
     from bert_squad.batching import BatchPlan, Collator, feature_lengths
     from bert_squad.config import WindowConfig

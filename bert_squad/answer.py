@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-import torch
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
@@ -32,7 +31,7 @@ from bert_squad.features import build_features, check_tokenizer
 from bert_squad.files import PathLike, parse_json, read_json, read_text
 from bert_squad.postprocess import Predictions, predicted_entry
 
-if TYPE_CHECKING:  # transformers loads with the model
+if TYPE_CHECKING:  # torch and transformers load with the model, after the command's inputs are checked
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
@@ -73,6 +72,8 @@ class Answerer:
         postprocess: Optional[PostprocessConfig] = None,
         null_answer: Optional[bool] = None,
     ) -> None:
+        import torch  # heavy: loaded with the model, after the command's inputs are checked
+
         try:  # a device this torch was not built for, or that this machine lacks
             self.device = torch.device(device)
             torch.empty(0, device=self.device)
@@ -222,13 +223,21 @@ def answering_options(args: argparse.Namespace) -> tuple[ModelConfig, dict[str, 
 
 
 def load_answerer(
-    asked: ModelConfig, windows: dict[str, Any], postprocess: dict[str, Any], device: str, null_answer: Optional[bool]
+    asked: ModelConfig,
+    windows: dict[str, Any],
+    postprocess: dict[str, Any],
+    device: Optional[str],
+    null_answer: Optional[bool],
 ) -> tuple[Answerer, str]:
-    """A command's Answerer: the options given win over the model's task settings (`task.resolve`); and the line
-    that says which came from where, for the command to print once it has answered (a model that cannot answer
-    is one error line, this one not before it)."""
+    """A command's Answerer on `device` (None: cuda where there is one, else cpu): the options given win over the
+    model's task settings (`task.resolve`); and the line that says which came from where, for the command to print
+    once it has answered (a model that cannot answer is one error line, this one not before it)."""
     model_dir = find_qa_model(asked.model_dir, asked.cache_dir)
     settings = task.resolve(model_dir, windows, postprocess)
+    if device is None:
+        import torch  # heavy: loaded with the model, once the model's directory and settings are checked
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     return Answerer.load(model_dir, settings, device, null_answer), f"{model_dir}: {settings.line}"
 
 
@@ -316,8 +325,7 @@ def render(ids: list[str], pairs: list[tuple[str, str]], results: list[list[Answ
 def run(asked: Asked) -> int:
     """`bert-squad answer`: one question, or JSON Lines of many; rich output or --json."""
     ids, pairs = _questions(asked)
-    device = asked.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    qa, settings = load_answerer(asked.model, asked.windows, asked.postprocess, device, asked.null_answer)
+    qa, settings = load_answerer(asked.model, asked.windows, asked.postprocess, asked.device, asked.null_answer)
     results = qa.answer_batch(pairs, asked.top_k, ids)
     print(settings, file=sys.stderr, flush=True)
     if not asked.as_json:

@@ -2,7 +2,8 @@
 
 Each command names its parser and its action: the parser runs first, imported alone (so `--help` and argument
 errors come before torch, DeepSpeed or transformers load), then the process-wide set-up the command needs
-(`runtime.prepare`), then the action. A `UserError`
+(`runtime.prepare`), then its check of the inputs that need no library (a missing file is one line before any
+loads), then DeepSpeed's set-up where the command starts it, then the action. A `UserError`
 from any of them is one line on stderr and exit code 2, so a batch log shows the cause, not a traceback
 (unless --debug).
 """
@@ -45,8 +46,12 @@ def run(name: str, args: list[str], prog: str) -> int:
     command = COMMANDS[name]
 
     def parse_prepare_run() -> Optional[int]:
-        options = load(command.parse)(args)
-        runtime.prepare(offline=command.offline, deepspeed=command.deepspeed, debug=debug_requested(args))
+        options, debug = load(command.parse)(args), debug_requested(args)
+        runtime.prepare(offline=command.offline, debug=debug)
+        if command.check:
+            load(command.check)(options)
+        if command.deepspeed:
+            runtime.prepare_deepspeed(debug)
         return load(command.run)(options)
 
     return exit_code(parse_prepare_run, prog, debug_requested(args, strict=False))

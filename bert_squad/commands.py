@@ -12,16 +12,25 @@ class Command:
     run: str  # options -> exit code
     deepspeed: bool = False  # starts DeepSpeed (its process group or engine)
     offline: bool = True  # the Hugging Face libraries never try the network
+    check: str = ""  # options -> None: the inputs that need no library, checked before DeepSpeed loads
 
 
 # Command words -> Command. The longest match of the first words wins; anything else is training.
 COMMANDS = {
-    "train": Command("bert_squad.config:parse_run_config", "bert_squad.train:main", deepspeed=True),
-    "config": Command("bert_squad.config:parse_print_config", "bert_squad.train:print_config", deepspeed=True),
+    "train": Command(
+        "bert_squad.config:parse_run_config", "bert_squad.train:main", True, check="bert_squad.preflight:training"
+    ),
+    "config": Command(
+        "bert_squad.config:parse_print_config",
+        "bert_squad.train:print_config",
+        True,
+        check="bert_squad.preflight:planning",
+    ),
     "download": Command("bert_squad.download:parse_download", "bert_squad.download:download", offline=False),
     "check-cache": Command("bert_squad.download:parse_check", "bert_squad.download:check_cache"),
-    "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", deepspeed=True),
-    "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", deepspeed=True),
+    # evaluate and predict set DeepSpeed up where ranks meet through it (evaluate.on_every_rank); one process needs none
+    "evaluate": Command("bert_squad.evaluate:parse", "bert_squad.evaluate:run", check="bert_squad.evaluate:check"),
+    "predict": Command("bert_squad.predict:parse", "bert_squad.predict:run", check="bert_squad.predict:check"),
     "export": Command("bert_squad.export:parse", "bert_squad.export:run"),
     "answer": Command("bert_squad.answer:parse", "bert_squad.answer:run"),
     "test": Command("bert_squad.inspect_answers:parse", "bert_squad.inspect_answers:run"),

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional, TypeVar, cast
 
-from bert_squad import __version__, commands, outputs
+from bert_squad import __version__, choices, commands, outputs
 from bert_squad.cache import resolve_cache_dir
 from bert_squad.errors import DEBUG_FLAG, UserError
 from bert_squad.metrics import LANGUAGES
@@ -196,12 +196,20 @@ REPORT_TO = {"tensorboard": ("tensorboard",), "wandb": ("wandb",), "csv": ("csv_
 class TrainConfig:
     """training"""
 
-    deepspeed_config: str = option(
-        "ds_fp32",
-        "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, ds_zero2, ds_zero3) or a JSON file",
+    deepspeed_config: Optional[str] = option(
+        None,
+        "DeepSpeed config: a shipped name (ds_fp32, ds_fp16, ds_bf16, ds_zero2, ds_zero3) or a JSON file "
+        "(default: by the device, ds_bf16 where it computes bf16 natively, else ds_fp32; a resumed run keeps "
+        "its checkpoint's)",
         metavar="NAME_OR_FILE",
         aliases=("--deepspeed_config", "--deepspeed"),
     )  # DeepSpeed's own scripts spell it so; Hugging Face's Trainer takes the file as --deepspeed
+    bf16: bool = option(False, "train in the shipped ds_bf16: bf16 autocast over fp32 weights, as the Trainer's --bf16")
+    fp16: bool = option(
+        False,
+        "train in the shipped ds_fp16: fp16 autocast over fp32 weights with a loss scaler, as the Trainer's --fp16 "
+        "(emulated on most CPUs: many times slower than fp32)",
+    )
     epochs: float = option(2.0, "passes over the training features", aliases=("--num_train_epochs",))
     max_steps: int = option(
         0, "train this many optimizer steps, whatever --epochs says (0: --epochs decide)", aliases=("--max_steps",)
@@ -258,11 +266,24 @@ class TrainConfig:
         return None if self.report_to is None else REPORT_TO[self.report_to]
 
     @property
+    def named_config(self) -> Optional[str]:
+        """The DeepSpeed config the user named, by --deepspeed-config, --bf16 or --fp16 (None: the device's,
+        `choices.precision`)."""
+        return self.deepspeed_config or (choices.BF16 if self.bf16 else choices.FP16 if self.fp16 else None)
+
+    @property
     def keeps_best(self) -> bool:
         """Whether the run tracks the best evaluation: --keep-best, or --early-stopping that keeps it."""
         return self.keep_best or self.early_stopping > 0
 
     def __post_init__(self) -> None:
+        named = [flag for flag, on in (("--bf16", self.bf16), ("--fp16", self.fp16)) if on]
+        if named and (len(named) > 1 or self.deepspeed_config):
+            given = [*named, *([f"--deepspeed-config {self.deepspeed_config}"] if self.deepspeed_config else [])]
+            raise UserError(
+                f"{' and '.join(given)}: each names the run's DeepSpeed config (--bf16 ds_bf16, --fp16 ds_fp16); "
+                f"give one"
+            )
         _positive(self, "log_every")
         for name in ("micro_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) is not None:
@@ -326,11 +347,12 @@ PADDINGS = {"buckets": "its length bucket", "longest": "its longest feature", "m
 class SpeedConfig:
     """speed"""
 
-    padding: str = option(
-        "buckets",
-        "what a training micro batch is padded to: 'buckets' (its length bucket: at most 8 shapes, on any device), "
+    padding: Optional[str] = option(
+        None,
+        "what a training micro batch is padded to: 'buckets' (its length bucket: at most 8 shapes), "
         "'longest' (its longest feature: fewer tokens, a shape almost every step), 'max-length' "
-        "(--max-seq-length, batches not grouped by length: for comparison)",
+        "(--max-seq-length, batches not grouped by length: for comparison); default: by the device, 'buckets' "
+        "with --compile and on a GPU, 'longest' on a CPU",
         choices=list(PADDINGS),
     )
     compile: bool = option(

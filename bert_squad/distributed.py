@@ -340,6 +340,13 @@ def _init(dist: DistEnv, timeout_s: float) -> torch.device:
     return device
 
 
+@contextlib.contextmanager
+def alone() -> Iterator[torch.device]:
+    """The device of a command's one process, which meets no other and starts no process group: the first GPU
+    torch sees (CUDA or ROCm), else the CPU; every collective here is then a rank's own (`is_initialized`)."""
+    yield torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
 def rank_device(dist: DistEnv) -> torch.device:
     """This rank's device: the GPU its local rank picks among those it sees, or the CPU."""
     from deepspeed.accelerator import get_accelerator  # heavy: only commands that start DeepSpeed

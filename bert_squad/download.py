@@ -117,9 +117,10 @@ def check_cache(cfg: RunConfig) -> int:
         if path:
             read_json(path, what="a SQuAD JSON file")
             print(f"{what}: {path}")
-    ds_config = dsconfig.locate(cfg.train.deepspeed_config)
-    read_json(ds_config, what="a DeepSpeed config")
-    print(f"deepspeed config: {ds_config}")
+    if cfg.train.named_config:  # else the shipped config of the device's precision, chosen where the run starts
+        ds_config = dsconfig.locate(cfg.train.named_config)
+        read_json(ds_config, what="a DeepSpeed config")
+        print(f"deepspeed config: {ds_config}")
     can_write(data.output_dir, "--output-dir ")
     cfg.faults.check_output_dir(data.output_dir)
     return 0

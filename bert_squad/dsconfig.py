@@ -192,14 +192,20 @@ def load(name_or_path: PathLike) -> dict[str, Any]:
 
 def read(path: Path) -> dict[str, Any]:
     """The config file's top-level object; keys DeepSpeed does not read are refused, with a suggestion."""
-    cfg = read_json(path, what="a DeepSpeed config")
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: a DeepSpeed config is a JSON object")
+    cfg = read_object(path)
     unknown = sorted(set(cfg) - deepspeed_keys())
     if unknown:
         close = difflib.get_close_matches(unknown[0], deepspeed_keys(), n=1)
         hint = f"did you mean '{close[0]}'?" if close else "see the DeepSpeed config documentation"
         raise UserError(f"{path}: unknown key '{unknown[0]}' ({hint})")
+    return cfg
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """The config file's top-level JSON object, read without DeepSpeed: checked before a command loads it."""
+    cfg = read_json(path, what="a DeepSpeed config")
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: a DeepSpeed config is a JSON object")
     return cfg
 
 
@@ -614,7 +620,10 @@ def _check_precision(reading: Reading, path: PathLike, device: Optional["torch.d
     if device is None:
         return ["fp16.enabled: a GPU (DeepSpeed's fp16 weights run on a GPU only)"]
     if device.type == "cpu":
-        raise UserError(f"{path}: fp16.enabled needs a GPU and none is visible; on CPU use ds_fp32, ds_bf16 or ds_fp16")
+        raise UserError(
+            f"{path}: fp16.enabled needs a GPU and none is visible; on a CPU use ds_fp32, or ds_bf16 where it computes "
+            f"bf16 (or name no config: the run chooses by the CPU)"
+        )
     return []
 
 

@@ -18,23 +18,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 import numpy as np
-import torch
 
-from bert_squad import cache, config, distributed, model, outputs, report, task
-from bert_squad.batching import Collator, feature_lengths
+from bert_squad import cache, config, model, outputs, runtime, task
 from bert_squad.config import ModelConfig, PostprocessConfig, PreprocessConfig, SpeedConfig, WindowConfig
 from bert_squad.data import Examples, read_squad
-from bert_squad.distributed import DistEnv
 from bert_squad.errors import UserError
 from bert_squad.features import build_features, check_tokenizer
-from bert_squad.files import PathLike, writable_directory, write_json_atomic
+from bert_squad.files import PathLike, directory, readable, writable_directory, write_json_atomic
 from bert_squad.metrics import score
 from bert_squad.postprocess import Predictions, postprocess_predictions
 from bert_squad.squad import to_articles
 
-if TYPE_CHECKING:  # the libraries load with the model and the features
+if TYPE_CHECKING:  # the libraries load with the model and the features, after the command's inputs are checked
     import datasets
+    import torch
     from transformers import PreTrainedModel
+
+    from bert_squad import report
+    from bert_squad.distributed import DistEnv
 
 EVAL_BATCH = SpeedConfig.per_device_eval_batch_size  # the option's default, for the `Answerer`
 
@@ -42,16 +43,21 @@ EVAL_BATCH = SpeedConfig.per_device_eval_batch_size  # the option's default, for
 def predict_logits(
     module: "PreTrainedModel",
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
-    dist: Optional[DistEnv] = None,
+    dist: Optional["DistEnv"] = None,
     batch_size: int = EVAL_BATCH,
-    autocast: Optional[torch.dtype] = None,
-    display: Optional[report.Display] = None,
+    autocast: Optional["torch.dtype"] = None,
+    display: Optional["report.Display"] = None,
 ) -> Optional[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Start/end logits per feature (trimmed to its length), complete on rank 0, None elsewhere; the forward
     under `autocast` to that dtype where given (a training run's evaluation on a GPU: `train.eval_autocast`);
     with a `display`, rank 0 shows its progress there (`report.InferenceProgress`)."""
+    import torch  # heavy: loaded with the model, after the command's inputs are checked
+
+    from bert_squad import distributed, report
+    from bert_squad.batching import feature_lengths
+
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     lengths = feature_lengths(features)
     # Longest first, ties in feature order: the same batches whatever the world size.
@@ -82,7 +88,7 @@ def predict_logits(
 def _forward(
     module: "PreTrainedModel",
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
     batches: list[list[int]],
     rank: int,
@@ -94,6 +100,10 @@ def _forward(
     """This rank's batches through the model: its features' start logits (row 0) and end logits (row 1),
     each trimmed to the feature's length and laid end to end in the order they ran (`width` in all). Every rank
     runs the same number of forward passes (see the module's docstring)."""
+    import torch  # heavy: loaded with the model, after the command's inputs are checked
+
+    from bert_squad.batching import Collator
+
     collate = Collator(pad_id, labels=False)
     inputs = features.select_columns(collate.columns(features))
     mine = np.empty((2, width), dtype=np.float32)
@@ -121,12 +131,12 @@ def predict(
     module: "PreTrainedModel",
     examples: Examples,
     features: "datasets.Dataset",
-    device: torch.device,
+    device: "torch.device",
     pad_id: int,
     postprocess: PostprocessConfig,
-    dist: Optional[DistEnv] = None,
-    autocast: Optional[torch.dtype] = None,
-    display: Optional[report.Display] = None,
+    dist: Optional["DistEnv"] = None,
+    autocast: Optional["torch.dtype"] = None,
+    display: Optional["report.Display"] = None,
     batch_size: int = EVAL_BATCH,
 ) -> Optional[Predictions]:
     """The answers to `examples` on rank 0 (None elsewhere). The one path from a model to answers: evaluation
@@ -186,6 +196,7 @@ class Inference:
     preprocess: PreprocessConfig
     output_dir: str
     batch_size: int  # --per-device-eval-batch-size
+    debug: bool = False  # --debug: DeepSpeed's info logging where ranks meet through it (`on_every_rank`)
 
     def model_dir(self) -> Path:
         """The model's directory: the given one, or a hub name's snapshot in the cache."""
@@ -223,6 +234,7 @@ def inference_from_args(args: argparse.Namespace) -> Inference:
         config.from_args(PreprocessConfig, args),
         args.output_dir,
         config.from_args(SpeedConfig, args).per_device_eval_batch_size,
+        args.debug,
     )
 
 
@@ -251,14 +263,16 @@ class Loaded(NamedTuple):
     module: "PreTrainedModel"
     examples: Examples
     features: "datasets.Dataset"
-    device: torch.device
+    device: "torch.device"
     pad_id: int
-    dist: DistEnv
+    dist: "DistEnv"
     batch_size: int
 
     def answers(self, settings: task.Settings) -> Optional[Predictions]:
         """`predict` over this file's features with `settings`' answer rules, progress shown, "no answer" competing
         where `settings.no_answer` says for this file: the answers to its examples on rank 0, None elsewhere."""
+        from bert_squad import report  # loads torch: with the model, after the command's inputs are checked
+
         asked = dataclasses.replace(self.examples, version_2=settings.no_answer(self.examples.version_2))
         return predict(
             self.module,
@@ -280,7 +294,11 @@ def on_every_rank(
     job: Inference, model_dir: Path, windows: WindowConfig, files: Sequence[Examples], work: FileWork
 ) -> list[Any]:
     """Load the model in `model_dir` (`Inference.model_dir`), then on every rank the launcher started build the
-    features of each file's examples in `windows` and run `work`: the results, in file order."""
+    features of each file's examples in `windows` and run `work`: the results, in file order. Several ranks meet
+    in DeepSpeed's process group (set up as a command sets it up, `runtime.prepare_deepspeed`); one process loads
+    no DeepSpeed and starts no group."""
+    from bert_squad import distributed  # torch's: loaded with the model, after the command's inputs are checked
+
     cache_dir = cache.resolve_cache_dir(job.model.cache_dir)
     tokenizer = model.load_tokenizer(model_dir)
     for examples in files:
@@ -289,8 +307,10 @@ def on_every_rank(
     model.check_window(module, windows.max_seq_length, model_dir)
     writable_directory(job.output_dir, "--output-dir ")
     dist = distributed.detect()
+    if dist.world_size > 1:
+        runtime.prepare_deepspeed(job.debug)
     results = []
-    with distributed.process_group(dist) as device:
+    with distributed.process_group(dist) if dist.world_size > 1 else distributed.alone() as device:
         module.to(device)
         for i, examples in enumerate(files):
             workers = job.preprocess.preprocessing_workers
@@ -320,6 +340,15 @@ def output_dirs(output_dir: PathLike, paths: Sequence[PathLike]) -> list[Path]:
             f"their predictions would share one folder of --output-dir"
         )
     return [Path(output_dir) / name for name in names]
+
+
+def check(asked: Evaluation) -> None:
+    """What `run` reads and fills that needs no library, checked before any is loaded: the eval files, the
+    model's directory, the output dir."""
+    for path in asked.eval_files:
+        readable(path, "a SQuAD JSON file")
+    asked.inference.model_dir()
+    directory(asked.inference.output_dir, "--output-dir ")
 
 
 def run(asked: Evaluation) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from bert_squad import cache, distributed, files
+from bert_squad import cache, files
 from bert_squad.errors import UserError
 
 if TYPE_CHECKING:  # types only: datasets and transformers load where features are built
@@ -248,6 +248,8 @@ def build_features(
     """
     import datasets  # heavy: not for the commands that tokenize nothing
     from datasets.table import MemoryMappedTable
+
+    from bert_squad import distributed  # torch's: loaded with datasets, after a command's inputs are checked
 
     kind = "train" if train else "eval"
     # Without a cache nothing is on disk to find again: no key is worth computing (hashing the tokenizer costs

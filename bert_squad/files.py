@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, TypeVar, Union
 
 from bert_squad.errors import UserError
 
@@ -18,9 +18,27 @@ PathLike = Union[str, os.PathLike]
 
 def read_text(path: PathLike, what: str = "a text file") -> str:
     """The file's UTF-8 text, or a UserError that names the file and what is wrong with it."""
-    path = Path(path)
+    return _read(Path(path), what, lambda p: p.read_text(encoding="utf-8"))
+
+
+def readable(path: PathLike, what: str = "a text file") -> Path:
+    """`path`, a file this process can open for reading (nothing is read): checked before a command loads the
+    libraries that read it, with `read_text`'s words otherwise."""
+    return _read(Path(path), what, _opened)
+
+
+def _opened(path: Path) -> Path:
+    with open(path, "rb"):
+        return path
+
+
+Read = TypeVar("Read")
+
+
+def _read(path: Path, what: str, reading: Callable[[Path], Read]) -> Read:
+    """`reading(path)`, its errors one UserError each that names the file and what is wrong with it."""
     try:
-        return path.read_text(encoding="utf-8")
+        return reading(path)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -8,9 +8,10 @@ batch length); non-padding tokens/s is reported beside it to show the useful par
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
 import torch
@@ -75,19 +76,35 @@ def flops_per_sample(shape: Shape, seq_len: int) -> int:
 
 
 class Meter:
-    """Work and loss since the last log line, and since the start of the run.
+    """Work and loss since the last log line, and since the start of the run, over the time spent training:
+    an evaluation or a checkpoint in between (`paused`) is not in the rates, whose log lines give its own time.
 
-    The loss is summed on the device and read only when a line is logged: no host sync per step.
+    The loss is summed on the device and read only when a line is logged: no host sync per step. `clock` is
+    where the seconds come from (time.perf_counter; a test's own).
     """
 
     KEYS = ("samples", "tokens", "flops", "loss", "micro_batches")
 
-    def __init__(self, shape: Shape, world_size: int, peak: float | None) -> None:
-        self.shape, self.world_size, self.peak = shape, world_size, peak
-        self.started = self.t0 = time.perf_counter()
+    def __init__(
+        self, shape: Shape, world_size: int, peak: float | None, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.shape, self.world_size, self.peak, self.clock = shape, world_size, peak, clock
+        self.started = self.t0 = clock()
         self.window = dict.fromkeys(self.KEYS, 0)
         self.total = dict.fromkeys(self.KEYS, 0)
+        self.paused_window = self.paused_total = 0.0  # seconds not training, since the last line and the start
         self.shapes: set[tuple[int, int]] = set()  # (rows, tokens) of the micro batches: a compiled graph each
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The body's time (an evaluation, a checkpoint) left out of the training rates."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            seconds = self.clock() - start
+            self.paused_window += seconds
+            self.paused_total += seconds
 
     def add(self, batch: dict[str, torch.Tensor], loss: torch.Tensor | None = None) -> None:
         """Count a micro batch (its host copy, before it moves to the device) and its loss. The host copy's
@@ -121,14 +138,14 @@ class Meter:
 
     def log_rates(self, reduce: Reduce = lambda xs: xs) -> Rates:
         """Rates and mean loss over all ranks (`reduce` sums across ranks) since the last call."""
-        now = time.perf_counter()
-        rates = self._rates(self.window, now - self.t0, reduce)
-        self.t0, self.window = now, dict.fromkeys(self.KEYS, 0)
+        now = self.clock()
+        rates = self._rates(self.window, now - self.t0 - self.paused_window, reduce)
+        self.t0, self.window, self.paused_window = now, dict.fromkeys(self.KEYS, 0), 0.0
         return rates
 
     def run_rates(self, reduce: Reduce = lambda xs: xs) -> Rates:
         """The same since the start of the run."""
-        return self._rates(self.total, time.perf_counter() - self.started, reduce)
+        return self._rates(self.total, self.clock() - self.started - self.paused_total, reduce)
 
 
 def peak_memory_gib(device: torch.device) -> float:

@@ -20,6 +20,7 @@ from bert_squad.evaluate import (
     plan_line,
     write_predictions,
 )
+from bert_squad.files import directory, readable
 
 
 class Prediction(NamedTuple):
@@ -39,6 +40,14 @@ def parse(argv: list[str]) -> Prediction:
     config.add_options(p, PostprocessConfig, without=("lang",), unset=True)  # nothing is scored
     args = p.parse_args(argv)
     return Prediction(inference_from_args(args), args.input, config.given(PostprocessConfig, args))
+
+
+def check(asked: Prediction) -> None:
+    """What `run` reads and fills that needs no library, checked before any is loaded: the input, the model's
+    directory, the output dir."""
+    readable(asked.input, "a SQuAD JSON file")
+    asked.inference.model_dir()
+    directory(asked.inference.output_dir, "--output-dir ")
 
 
 def run(asked: Prediction) -> int:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # types only: importing them here would import torch's compan
     import torch
 
     from bert_squad.best import Best
+    from bert_squad.choices import Choice
     from bert_squad.config import WindowConfig
     from bert_squad.data import Examples
     from bert_squad.distributed import DistEnv
@@ -60,17 +61,25 @@ def eval_features_line(examples: Examples, features: Any) -> str:
 
 
 def plan_line(
-    total_steps: int, steps_per_epoch: int, ds_config: DeepSpeedConfig, padding: str, device_name: str, engine: Any
+    total_steps: int,
+    steps_per_epoch: int,
+    ds_config: DeepSpeedConfig,
+    chosen: tuple[Choice, Choice, str],
+    device_name: str,
+    engine: Any,
 ) -> str:
-    """The run's plan in one line; `padding`: --padding."""
-    b, facts = ds_config.batch, engine_facts(engine)
+    """The run's plan in one line; `chosen`: the DeepSpeed config and padding the run takes and why
+    (`choices`), and what its precision costs where the device emulates it."""
+    (config, padding, cost), b, facts = chosen, ds_config.batch, engine_facts(engine)
     wrapper = f" in {facts['optimizer_wrapper']}" if facts["optimizer_wrapper"] else ""
     autocast = f" under {facts['autocast']} autocast" if facts["autocast"] else ""
     clip = f", gradient norm clipped to {ds_config.loop_clip:g} in one foreach call" if ds_config.loop_clip else ""
+    padded = f"{PADDINGS[padding.value]}: " + ("--padding given" if padding.why == "given" else padding.why)
+    precision = f"{ds_config.precision} ({config.value}{', given' if config.why == 'given' else ': ' + config.why})"
     return (
         f"training {total_steps} steps ({steps_per_epoch} per epoch), global batch {b.size} = {b.micro} x "
-        f"{b.accumulation} x {b.world_size} (each micro batch padded to {PADDINGS[padding]}), {ds_config.precision}, "
-        f"zero stage {ds_config.zero_stage}, "
+        f"{b.accumulation} x {b.world_size} (each micro batch padded to {padded}), {precision}"
+        f"{'; ' + cost if cost else ''}, zero stage {ds_config.zero_stage}, "
         f"device {device_name}, optimizer {facts['optimizer']}{wrapper}{autocast}{clip}"
     )
 
@@ -100,8 +109,14 @@ def rates_line(step: int, total: int, lr: float, rates: perf.Rates, device: torc
     )
 
 
-def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
-    return f"eval step {step}: {json.dumps(metrics)}"
+def eval_line(step: int, metrics: Mapping[str, Any], seconds: float) -> str:
+    """An evaluation's metrics, and its time, which the training rates leave out (`perf.Meter.paused`)."""
+    return f"eval step {step}: {json.dumps(metrics)} [{seconds:.1f}s]"
+
+
+def checkpoint_line(step: int, path: Path, seconds: float) -> str:
+    """A checkpoint's place, and its time, which the training rates leave out (`perf.Meter.paused`)."""
+    return f"checkpoint step {step}: saved {path} [{seconds:.1f}s]"
 
 
 def early_stop_line(step: int, patience: int, record: Best) -> str:

@@ -34,6 +34,7 @@ from bert_squad import (
     best,
     cache,
     checkpoint,
+    choices,
     compiling,
     config,
     data,
@@ -77,6 +78,35 @@ class Inputs:
     module: PreTrainedModel  # the transformers QA model, before DeepSpeed wraps it
     resuming: Optional[resume.Decision]  # the checkpoint it continues, and how
     stamp: checkpoint.Stamp  # what the run's checkpoints record of it, the task its exports record among it
+    chosen: "Chosen"  # the config and padding `cfg` holds, and why
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The DeepSpeed config and padding a run takes, given or chosen by its device (`choices`), with why."""
+
+    deepspeed_config: choices.Choice
+    padding: choices.Choice
+
+    @classmethod
+    def of(cls, cfg: config.RunConfig, dist: distributed.DistEnv, resumed: Optional[checkpoint.Resumable]) -> "Chosen":
+        """What `cfg` leaves to the device, chosen for this rank's; a resumed checkpoint keeps its precision (one
+        whose marker predates the record was written in ds_fp32, every run's default then)."""
+        device = distributed.rank_device(dist)
+        precision = (resumed.layout.precision or "fp32") if resumed else None
+        gpu_bf16 = device.type != "cpu" and get_accelerator().is_bf16_supported()
+        named = cfg.train.named_config
+        ds = choices.precision(named, device.type, gpu_bf16, choices.this_cpuinfo(), precision)
+        return cls(ds, choices.padding(cfg.speed.padding, cfg.speed.compile, device.type))
+
+    def reasons(self) -> dict[str, str]:
+        """Why the run takes each, as its records give it ("given": the user named it)."""
+        return {"deepspeed_config": self.deepspeed_config.why, "padding": self.padding.why}
+
+    def applied(self, cfg: config.RunConfig) -> config.RunConfig:
+        """`cfg` with the config and padding it takes: what the run records and acts on."""
+        train = dataclasses.replace(cfg.train, deepspeed_config=self.deepspeed_config.value, bf16=False, fp16=False)
+        return dataclasses.replace(cfg, train=train, speed=dataclasses.replace(cfg.speed, padding=self.padding.value))
 
 
 @dataclass(frozen=True)
@@ -164,6 +194,8 @@ def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
     model_dir = cache.find_model(cfg.data.model, cfg.data.cache_dir)
     dist = distributed.detect()
     resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+    chosen = Chosen.of(cfg, dist, resume_from)
+    cfg = chosen.applied(cfg)
     settings = deepspeed_settings(cfg, dist, planning)
     why = compiling.unsupported(distributed.rank_device(dist).type) if cfg.speed.compile else None
     if why:
@@ -195,12 +227,14 @@ def check(cfg: config.RunConfig, planning: bool = False) -> Inputs:
         checkpoint.check_matches(resume_from, stamp)
         for line in resume_from.skipped:  # newer checkpoints passed over as damaged
             report.log(dist, line)
-    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp)
+    return Inputs(cfg, dist, settings, train_examples, dev_examples, tokenizer, module, resuming, stamp, chosen)
 
 
 def deepspeed_settings(cfg: config.RunConfig, dist: distributed.DistEnv, planning: bool) -> dsconfig.Settings:
-    """The run's DeepSpeed config checked for its world on this rank's device; a plan (`planning`) on a machine
-    without a GPU leaves what needs the job's device to the job (`Settings.needs`)."""
+    """The run's DeepSpeed config (`cfg` as `Chosen.applied` made it) checked for its world on this rank's device;
+    a plan (`planning`) on a machine without a GPU leaves what needs the job's device to the job
+    (`Settings.needs`)."""
+    assert cfg.train.deepspeed_config is not None  # chosen
     path, device = dsconfig.locate(cfg.train.deepspeed_config), distributed.rank_device(dist)
     return dsconfig.settings(
         dsconfig.read(path),
@@ -241,7 +275,7 @@ def plan_work(inputs: Inputs) -> Work:
         dist.world_size,
         dist.rank,
         cfg.train.seed,
-        group_by_length=cfg.speed.padding != "max-length",
+        group_by_length=inputs.chosen.padding.value != "max-length",
         accumulation=batch.accumulation,
     )
     if len(features) < batch.size:
@@ -273,13 +307,14 @@ def build(inputs: Inputs, device: torch.device) -> Run:
     if cfg.speed.compile:
         compiling.compile_model(engine.module, device.type)
     progress = resume.load(engine, inputs.resuming, dist) if inputs.resuming else checkpoint.Progress()
-    collate = Collator.for_training(inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, cfg.speed.padding)
+    padding = inputs.chosen.padding.value
+    collate = Collator.for_training(inputs.tokenizer.pad_token_id, cfg.windows.max_seq_length, padding)
     device_name = perf.device_name(device)
     tf32 = cfg.speed.tf32 and work.ds_config.precision == "fp32"
     peak = perf.peak_tflops(device_name, "tf32" if tf32 else work.ds_config.precision, cfg.speed.peak_tflops)
-    plan = report.plan_line(
-        work.total_steps, work.steps_per_epoch, work.ds_config, cfg.speed.padding, device_name, engine
-    )
+    cost = choices.cost(work.ds_config.precision, device.type, choices.this_cpuinfo())
+    chosen = (inputs.chosen.deepspeed_config, inputs.chosen.padding, cost)
+    plan = report.plan_line(work.total_steps, work.steps_per_epoch, work.ds_config, chosen, device_name, engine)
     report.log(dist, plan)
     meter = perf.Meter(perf.model_shape(engine.module), dist.world_size, peak)  # starts the clock
     record = best.Best.load(inputs.resuming.found.path) if inputs.resuming else best.Best()
@@ -368,8 +403,10 @@ def loop(run: Run) -> int:
                 shown.log(report.rates_line(progress.step, total, lr, run.last_rates, device, skipped))
                 engine.monitor.write_events(report.monitor_events(run.last_rates, engine.global_samples))
             # evaluate mid-run (the last step's evaluation is part of `finish`); --early-stopping ends the run here
+            # (their time is neither step's: each says its own, and the training rates leave it out)
             if train.eval_every and progress.step % train.eval_every == 0 and progress.step < total:
-                evaluate_now(run, display=shown.evaluation())
+                with run.meter.paused():
+                    evaluate_now(run, display=shown.evaluation())
                 if run.best_so_far and run.best_so_far.exhausted(train.early_stopping):
                     report.log(dist, report.early_stop_line(progress.step, train.early_stopping, run.best_so_far))
                     break
@@ -380,7 +417,8 @@ def loop(run: Run) -> int:
             stopping = stop_check.stopping(progress.step, stop.requested, look=logged)
             # checkpoint every --checkpoint-every steps, and at the step where the ranks agreed to stop
             if stopping or (faults.checkpoint_every and progress.step % faults.checkpoint_every == 0):
-                save_checkpoint(run)
+                with run.meter.paused():
+                    save_checkpoint(run)
             if stopping:
                 report.log(dist, report.stopped_line(progress.step, stop.signum, EXIT_STOPPED))
                 return EXIT_STOPPED
@@ -407,8 +445,8 @@ def unscale_and_clip(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Pa
 
 def save_checkpoint(run: Run) -> None:
     """A checkpoint of this step, with the best step's record beside it when --keep-best keeps one."""
-    cfg = run.inputs.cfg
-    checkpoint.save(
+    cfg, t0 = run.inputs.cfg, time.perf_counter()
+    path = checkpoint.save(
         run.engine,
         cfg.data.output_dir,
         run.progress,
@@ -417,6 +455,7 @@ def save_checkpoint(run: Run) -> None:
         run.inputs.stamp,
         extra=run.save_extras,
     )
+    report.log(run.inputs.dist, report.checkpoint_line(run.progress.step, path, time.perf_counter() - t0))
 
 
 def evaluate_now(
@@ -425,7 +464,7 @@ def evaluate_now(
     """Evaluate the current weights on the dev set (every rank takes part); metrics on rank 0. With a best
     to keep, the predictions go beside the export of each new best instead of into `output_dir`. Its progress
     shows as `evaluate`'s does, where `display` says."""
-    inputs = run.inputs
+    inputs, t0 = run.inputs, time.perf_counter()
     if run.work.dev_features is None or inputs.dev_examples is None:  # both or neither
         return None
     if run.best_so_far and inputs.dist.is_main:
@@ -449,7 +488,7 @@ def evaluate_now(
     run.engine.empty_partition_cache()  # ZeRO-3 keeps the parameters evaluation gathered: give them back
     if metrics is not None:
         run.history.evals.append(dict(metrics, step=run.progress.step))
-        report.log(inputs.dist, report.eval_line(run.progress.step, metrics))
+        report.log(inputs.dist, report.eval_line(run.progress.step, metrics, time.perf_counter() - t0))
     if run.best_so_far and run.best_so_far.judge(run.progress.step, metrics):
         export_best(run)
     return metrics
@@ -530,7 +569,8 @@ def train_metrics(run: Run, run_rates: dict[str, Any], digests: list[Any]) -> di
         "features": work.feature_report,
         "weights_sha256_per_rank": [d for d in digests if d],  # under ZeRO-3 only rank 0's; none with --no-export
         "deepspeed_config": work.ds_config.as_dict(),
-        "config": dataclasses.asdict(run.inputs.cfg),
+        "config": dataclasses.asdict(run.inputs.cfg),  # with the DeepSpeed config and padding chosen
+        "chosen": run.inputs.chosen.reasons(),
         "shapes": sorted(run.meter.shapes),  # this rank's micro batches, (rows, tokens)
         "compile": compiling.stats() if run.inputs.cfg.speed.compile else None,
         **({"best_step": kept.step, "best_metrics": kept.metrics} if kept else {}),
@@ -549,11 +589,15 @@ def print_config(cfg: config.RunConfig) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         try:
             inputs = check(cfg, planning=True)
-        except cache.NotCached as missing:
-            settings, work, needs = deepspeed_settings(cfg, distributed.detect(), planning=True), None, [str(missing)]
+        except cache.NotCached as missing:  # the run's choices as `check` makes them, before it looked for the model
+            dist = distributed.detect()
+            resume_from = checkpoint.find(cfg.faults.resume, cfg.data.output_dir) if cfg.faults.resume else None
+            chosen = Chosen.of(cfg, dist, resume_from)
+            cfg = chosen.applied(cfg)
+            settings, work, needs = deepspeed_settings(cfg, dist, planning=True), None, [str(missing)]
             ds_config = settings.finish(None, cfg.train.warmup_ratio)
         else:
-            settings, work, needs = inputs.ds_settings, plan_work(inputs), []
+            cfg, chosen, settings, work, needs = inputs.cfg, inputs.chosen, inputs.ds_settings, plan_work(inputs), []
             ds_config = work.ds_config
     if ds_config.left_auto():
         needs.append(
@@ -562,6 +606,7 @@ def print_config(cfg: config.RunConfig) -> int:
         )
     plan = {
         "run": dataclasses.asdict(cfg),
+        "chosen": chosen.reasons(),
         "world_size": settings.batch.world_size,
         "train_features": work and len(work.features),
         "steps_per_epoch": work and work.steps_per_epoch,

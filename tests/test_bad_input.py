@@ -309,6 +309,13 @@ CASES = {
         lambda w: ["--train-file", w("t.json", "[" * 100_000 + "]" * 100_000)],
         r"t.json: JSON nested deeper than the parser allows",
     ),
+    # The Trainer's precision flags each name a shipped config: with another, or with each other, one line.
+    "--bf16 with a config": (
+        lambda w: ["--bf16", "--deepspeed-config", "ds_fp32"],
+        r"--bf16 and --deepspeed-config ds_fp32: each names the run's DeepSpeed config \(--bf16 ds_bf16, --fp16 "
+        r"ds_fp16\); give one$",
+    ),
+    "--bf16 with --fp16": (lambda w: ["--fp16", "--bf16"], r"--bf16 and --fp16: each names the run's DeepSpeed config"),
     "a config nested too deep": (
         lambda w: ["--deepspeed_config", w("c.json", "[" * 100_000 + "]" * 100_000)],
         r"c.json: JSON nested deeper than the parser allows",
@@ -822,3 +829,50 @@ def test_answer_refuses_text_no_tokenizer_takes_in_one_line(tiny_model, tmp_path
         "bert-squad answer: error: --question holds a lone UTF-16 surrogate (\\udcff at character 2), which is "
         "not Unicode text: no tokenizer takes it (a byte that is not UTF-8?)"
     ], r.stderr.decode()[-2000:]
+
+
+# Run in a fresh interpreter (the tests' forked runs have the libraries loaded already): the command line, then
+# on the way out the heavy libraries it loaded.
+LOADED_TAP = """
+import atexit, sys
+atexit.register(lambda: print("loaded", [m for m in ("torch", "deepspeed", "transformers", "datasets")
+                                          if m in sys.modules], file=sys.stderr))
+from bert_squad.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--train-file", "{missing}"], "{missing}: no such file"),
+        (["--eval-file", "{missing}"], "{missing}: no such file"),
+        (["--deepspeed-config", "{missing}"], "{missing}: no such DeepSpeed config"),
+        (["--deepspeed-config", "{not_json}"], "{not_json}: malformed JSON at line 1"),
+        (["--output-dir", "{a_file}"], "--output-dir {a_file}: not a directory"),
+        (["--model", "{missing}"], "{missing}: no such model directory"),
+        (["config", "--train-file", "{missing}"], "{missing}: no such file"),
+        (["evaluate", "--model-dir", "{model}", "--eval-file", "{missing}", "--output-dir", "o"], "{missing}: no such"),
+        (["predict", "--model-dir", "{missing}", "--input", "{train}", "--output-dir", "o"], "{missing}: no such"),
+        (["answer", "--model-dir", "{missing}", "--question", "Q", "--context", "C"], "{missing}: no such"),
+        (["test", "--model-dir", "{missing}", "--eval-file", "{train}"], "{missing}: no such"),
+    ],
+)
+def test_a_bad_path_fails_before_the_libraries_load(argv, said, tiny_model, sample_train, tmp_path):
+    """A missing file, a config that is no JSON, an output dir that is a file: one line, exit 2, and torch,
+    DeepSpeed, transformers and datasets never imported (a training run's are checked by bert_squad/preflight.py)."""
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "not_json").write_text("{")
+    names = dict(missing=tmp_path / "missing.json", not_json=tmp_path / "not_json", a_file=tmp_path / "a_file")
+    names.update(model=tiny_model, train=sample_train)
+    command = [a.format(**names) for a in argv]
+    training = ["--model", str(tiny_model), "--train-file", str(sample_train), "--output-dir", str(tmp_path / "o")]
+    if command[0] == "config":  # a training run's arguments, the case's last (an option given twice: the last wins)
+        command = ["config", *training, *command[1:]]
+    elif command[0].startswith("--"):
+        command = [*training, *command]
+    r = subprocess.run([PYTHON, "-c", LOADED_TAP, *command], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 2, r.stderr[-3000:]
+    assert said.format(**names) in lines[0] and ": error: " in lines[0], lines
+    assert lines[1] == "loaded []", lines

@@ -36,7 +36,7 @@ def test_throughput_compares_both_batchings_and_ends_in_json(tiny_model, sample_
         result["samples_per_second"] / result["fixed_padding_samples_per_second"]
     )
     assert (result["device"], result["precision"], result["max_seq_length"]) == ("cpu", "fp32", 256)
-    assert result["padding"] == "buckets"  # the project's default
+    assert result["padding"] == "longest"  # the project's default on a CPU
     assert "--padding max-length" in r.stdout and "project batching" in r.stdout and "fixed 256 padding" in r.stdout
     share = result["real_token_share"]  # a length bucket holds each batch's longest, the maximum every bucket
     assert 0 < share["max_length"] <= share["bucket"] <= share["longest"] <= 1, share
@@ -50,6 +50,25 @@ def test_throughput_failing_run_is_one_line_not_a_traceback(tiny_model, sample_t
         and "throughput: the grouped run failed" in r.stderr
     )
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.cpu
+def test_vs_trainer_sets_the_projects_default_beside_the_trainer_at_its_best(tiny_model, sample_train, tmp_path):
+    """One command, both sides: the project naming no config or padding (the CPU's choices), the Trainer grouped by
+    length in bf16 where this CPU computes bf16 (the project's rule), each with its rates and peak memory."""
+    from bert_squad import choices
+
+    args = ["--model", tiny_model, "--train-file", sample_train, "--steps", 4, "--log-every", 2, "--seq", 128]
+    r = bench("vs_trainer.py", *args, "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    project, trainer = json.loads(r.stdout.strip().splitlines()[-1])
+    precision = "bf16" if choices.cpu_computes("bf16", choices.this_cpuinfo()) else "fp32"
+    assert (project["run"], project["precision"], project["padding"]) == ("project", precision, "longest")
+    assert (trainer["run"], trainer["precision"], trainer["steps"]) == ("trainer", precision, 4)
+    assert all(
+        side["median_window_samples_per_second"] > 0 and side["peak_memory_gib"] > 0 for side in (project, trainer)
+    )
+    assert "the project trains " in r.stdout and "x the Trainer's samples/s" in r.stdout
 
 
 def test_random_bert_base_has_the_bert_base_shape(tiny_model, tmp_path):

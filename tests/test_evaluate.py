@@ -66,6 +66,20 @@ def test_two_ranks_write_the_single_process_files(request, tiny_model, tmp_path,
     assert json.loads(r.stdout.splitlines()[-1]) == {k: metrics[k] for k in keys}  # printed by rank 0 only
 
 
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_one_process_loads_no_deepspeed(command, tiny_model, sample_dev, tmp_path):
+    """One process meets no other: it starts no process group and loads no DeepSpeed (several ranks meet through
+    DeepSpeed's, and write the same files: above). Run in a fresh interpreter, which says at exit what it loaded."""
+    tap = "import atexit, sys\n"
+    tap += "atexit.register(lambda: print(*(m in sys.modules for m in ('torch', 'deepspeed')), file=sys.stderr))\n"
+    tap += "from bert_squad.cli import main\nsys.exit(main(sys.argv[1:]))"
+    args = inference_args(command, tiny_model, sample_dev, tmp_path / "out", cache=tmp_path / "cache", windows=WINDOWS)
+    r = subprocess.run([PYTHON, "-c", tap, *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == "True False", r.stderr[-3000:]
+    assert (tmp_path / "out" / "predictions.json").is_file()
+
+
 @pytest.mark.compat
 @pytest.mark.parametrize(
     "config, launcher",

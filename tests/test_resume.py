@@ -166,6 +166,31 @@ def test_resume_auto_without_checkpoint_starts_fresh(tiny_model, sample_train, t
     assert not (tmp_path / "auto" / "checkpoints").exists()
 
 
+def test_a_resumed_run_keeps_the_precision_it_started_in(tiny_model, sample_train, tmp_path):
+    """A run that names no DeepSpeed config resumes in the precision its checkpoint was written in, where this
+    device's default is the other one (a run started elsewhere, or with a config named then): the plan line says
+    so, and the run finishes in it. Named, the config wins, and the checkpoint of the other precision is refused."""
+    from bert_squad import choices
+
+    default = "ds_bf16" if choices.cpu_computes("bf16", choices.this_cpuinfo()) else "ds_fp32"
+    other = {"ds_bf16": "ds_fp32", "ds_fp32": "ds_bf16"}[default]
+    out, steps = tmp_path / "out", ["--max-steps", 4]
+    r = run_bert_squad(
+        *_args(tiny_model, sample_train, out, *steps, "--deepspeed-config", other, "--checkpoint-every", 2)
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    resumed = run_bert_squad(
+        *_args(tiny_model, sample_train, out, *steps, "--resume", checkpoint_root(out) / "step00000002")
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    precision = other.removeprefix("ds_")
+    assert f", {precision} ({other}: kept from the checkpoint it resumes)" in resumed.stdout, resumed.stdout[-3000:]
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    assert metrics["precision"] == precision and metrics["config"]["train"]["deepspeed_config"] == other
+    named = run_bert_squad(*_args(tiny_model, sample_train, out, "--resume", "auto", "--deepspeed-config", default))
+    assert named.returncode == 2 and "resume with the config it was written with" in named.stderr, named.stderr
+
+
 @pytest.mark.mpi
 def test_signal_under_mpirun_stops_both_ranks_at_one_step(tiny_model, sample_train, tmp_path):
     out = tmp_path / "out"

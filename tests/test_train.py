@@ -58,14 +58,24 @@ def test_one_rank_cpu_training_loss_falls(trained):
     assert len(seen) == 12
     assert sum(seen[-2:]) / 2 < 0.85 * sum(seen[:2]) / 2, seen
     metrics = json.loads((out / "train_metrics.json").read_text())
-    assert metrics["steps"] == 60 and metrics["world_size"] == 1 and metrics["precision"] == "fp32"
+    assert metrics["steps"] == 60 and metrics["world_size"] == 1
     assert metrics["run_samples_per_second"] > 0 and metrics["run_tokens_per_second"] > 0
     assert "rank 0/1" in r.stdout and "device cpu backend gloo" in r.stdout
-    # Padded to length buckets by default, on a CPU as on a GPU: a CPU run computes what a GPU run does.
-    assert metrics["config"]["speed"]["padding"] == "buckets" and "micro batch padded to its length bucket" in r.stdout
-    from bert_squad.batching import bucket_lengths
+    # Named nothing, the run takes the CPU's choices (tests/test_choices.py holds every branch): each batch padded
+    # to its longest feature, and bf16 autocast where this CPU computes bf16, else fp32; the plan line says why.
+    from bert_squad import choices
 
-    assert {n for _, n in metrics["shapes"]} <= set(bucket_lengths(128)), metrics["shapes"]
+    bf16 = choices.cpu_computes("bf16", choices.this_cpuinfo())
+    assert metrics["precision"] == ("bf16" if bf16 else "fp32")
+    assert metrics["config"]["train"]["deepspeed_config"] == ("ds_bf16" if bf16 else "ds_fp32")
+    why = "this CPU computes bf16 (" if bf16 else "this CPU has no bf16 arithmetic"
+    assert f"{metrics['precision']} ({metrics['config']['train']['deepspeed_config']}: {why}" in r.stdout
+    assert (
+        metrics["config"]["speed"]["padding"] == "longest"
+        and metrics["chosen"]["padding"] == choices.padding(None, False, "cpu").why
+    )
+    assert "micro batch padded to its longest feature: the fewest tokens, which a CPU's step time follows" in r.stdout
+    assert len({n for _, n in metrics["shapes"]}) > 8, metrics["shapes"]  # a length for almost every batch
     # The libraries' warnings are the run's business, not its user's (a whole 521-token context given to
     # the tokenizer once made transformers warn on every run of the sample).
     assert "[transformers]" not in r.stderr and "Token indices" not in r.stderr, r.stderr[-3000:]
@@ -185,13 +195,26 @@ def test_compile_builds_one_whole_graph_a_length_bucket_and_trains_as_eager_code
     through tests/compile_tap.py: from the second epoch on a recompile is an error, evaluations included. The run
     compiles one graph a shape and breaks none, and with inductor drawing its random numbers as eager code does
     (dropout is on) it trains as the eager run: every step's loss within a relative 1e-5 (equal here), and the
-    exports' weights within 1e-4, under the same names. Inductor builds C++ on the CPU: about 3 minutes here."""
+    exports' weights within 1e-4, under the same names. Inductor builds C++ on the CPU: about 3 minutes here.
+    Compiled, the run pads to the length buckets by itself (a CPU's eager default pads each batch to its longest:
+    the eager run is told); both in fp32, whose arithmetic the bounds below are of."""
     doc = json.loads(sample_train.read_text())
     articles = tmp_path / "articles.json"
     articles.write_text(json.dumps(dict(doc, data=doc["data"][:2])))
-    common = ["--epochs", 2, "--eval-every", 5, "--eval-file", articles, "--log-every", 1]
+    common = [
+        "--epochs",
+        2,
+        "--eval-every",
+        5,
+        "--eval-file",
+        articles,
+        "--log-every",
+        1,
+        "--deepspeed-config",
+        "ds_fp32",
+    ]
     metrics = {}
-    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+    for name, extra in (("eager", ["--padding", "buckets"]), ("compiled", ["--compile"])):
         args = train_args(tiny_model, articles, tmp_path / name, *common, *extra, cache=tmp_path / "cache")
         r = run_python(ROOT / "tests" / "compile_tap.py", *args, timeout=1200)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -199,6 +222,7 @@ def test_compile_builds_one_whole_graph_a_length_bucket_and_trains_as_eager_code
     compiled, eager = metrics["compiled"], metrics["eager"]
     assert compiled["shapes"] == eager["shapes"] == [[16, 64], [16, 128]]
     assert compiled["compile"]["graphs"] == 2 and eager["compile"] is None
+    assert compiled["chosen"]["padding"] == "--compile builds a graph a shape" and eager["chosen"]["padding"] == "given"
     assert compiled["compile"]["graph_breaks"] == compiled["compile"]["cudagraph_skips"] == 0
     losses = {name: [log["loss"] for log in m["logs"]] for name, m in metrics.items()}
     assert len(losses["eager"]) == eager["steps"] and losses["compiled"] == pytest.approx(losses["eager"], rel=1e-5)
@@ -253,7 +277,7 @@ def test_mpirun_two_ranks_zero2_bf16_identical_weights(tiny_model, sample_train,
         launcher=MPIRUN,
     )
     assert "rank 0/2" in r.stdout and "rank 1/2" in r.stdout and "launcher mpirun" in r.stdout
-    assert "bf16, zero stage 2" in r.stdout
+    assert f"bf16 ({config[1]}, given), zero stage 2" in r.stdout  # the plan line: the config named, and why
     assert r.stdout.count("step 10/10 loss") == 1, r.stdout  # the log lines are rank 0's alone
     metrics = json.loads((out / "train_metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["train_batch_size"] == 32
@@ -409,7 +433,9 @@ def test_mpirun_two_ranks_zero3_trains_evaluates_exports_and_resumes(tiny_model,
     r = tiny_run(
         tiny_model, sample_train, tmp_path, *common, "--checkpoint-every", 2, "--eval-every", 2, launcher=MPIRUN
     )
-    assert "fp32, zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+    assert (
+        f"fp32 ({zero3}, given), zero stage 3" in r.stdout and "eval step 2:" in r.stdout and "eval step 4:" in r.stdout
+    )
 
     exported, initial = load_file(str(out / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
     for name, weight in initial.items():

@@ -255,8 +255,9 @@ def check_job_inputs(submission: Submission, train_args: list[str]) -> None:
     check_container_inputs(submission, repo)
     args = training_args(train_args)
     missing = [value for value in (args.train_file, args.eval_file) if value and not (repo / value).is_file()]
-    try:
-        dsconfig.locate(args.deepspeed_config, base=repo)  # the run's own rule, from where the job starts
+    try:  # none named: the job's device chooses a shipped one
+        if args.deepspeed_config:
+            dsconfig.locate(args.deepspeed_config, base=repo)  # the run's own rule, from where the job starts
     except UserError:
         missing.insert(0, args.deepspeed_config)
     if missing:

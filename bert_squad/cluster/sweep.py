@@ -140,7 +140,8 @@ def check_training_args(train_args: list[str], combos: list[dict[str, Any]]) -> 
     for combo in {c["group"]: c for c in combos}.values():
         try:
             cfg = config.parse_run_config([*train_args, *combo["args"]])
-            dsconfig.locate(cfg.train.deepspeed_config, base=launch.repo_dir())  # the run's rule, where the job starts
+            if cfg.train.named_config:  # none named: the job's device chooses a shipped one
+                dsconfig.locate(cfg.train.named_config, base=launch.repo_dir())  # the run's rule, where the job starts
         except UserError as err:
             point = f" with {combo['group']}" if combo["params"] else ""
             raise UserError(f"training arguments{point}: {err}") from None
