@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How soon each command answers: the seconds from a fresh interpreter's start to a bad input's one error line
 (a missing file, a missing model directory), and to a real run's end, for training, `config`, `evaluate`,
-`predict` and `answer`; each the median of --repeat runs, one at a time.
+`predict` and `answer`; each the median of --repeat runs, one at a time, in wall and in CPU seconds.
 
     python bench/startup.py                              # this checkout
     python bench/startup.py --checkout /tmp/before       # another commit's code (git archive), with this venv
@@ -16,6 +16,7 @@ one JSON object.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -75,17 +76,18 @@ def cases(model: str, work: Path) -> dict[str, tuple[list[str], int]]:
     }
 
 
-def seconds(argv: list[str], code: int, env: dict[str, str], i: int = 0) -> float:
+def seconds(argv: list[str], code: int, env: dict[str, str], i: int = 0) -> tuple[float, float]:
     """One fresh interpreter's run of `python -m bert_squad argv` (its {i}: `i`) in the checkout that `env`'s
-    PYTHONPATH names (`-m` looks in the working directory first), to its end."""
+    PYTHONPATH names (`-m` looks in the working directory first), to its end: (wall seconds, CPU seconds, user
+    and system, its own and its children's: what other jobs on the machine change least)."""
     argv = [a.replace("{i}", str(i)) for a in argv]
-    started = time.perf_counter()
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     command = [sys.executable, "-m", "bert_squad", *argv]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=env["PYTHONPATH"])
-    took = time.perf_counter() - started
+    took, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != code:
         sys.exit(f"startup: {' '.join(argv[:3])}...: exit {done.returncode}, not {code}: {done.stderr[-2000:]}")
-    return took
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> None:
@@ -101,8 +103,9 @@ def main() -> None:
         runs = cases(minilm_dir(), Path(folder))
         seconds(*runs.pop("export"), env)  # untimed: the model the inference commands load
         for name, (argv, code) in runs.items():
-            rows[name] = statistics.median(seconds(argv, code, env, i) for i in range(args.repeat))
-            print(f"{name:36} {rows[name]:6.2f} s", flush=True)
+            wall, cpu = zip(*(seconds(argv, code, env, i) for i in range(args.repeat)))
+            rows[name] = {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
+            print(f"{name:36} {rows[name]['wall_s']:6.2f} s, {rows[name]['cpu_s']:6.2f} CPU s", flush=True)
     print(
         f"checkout {checkout}, median of {args.repeat}, load average {load:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end"
