@@ -76,5 +76,7 @@ def test_a_command_keeps_few_onednn_kernels_unless_told_otherwise():
     env = {k: v for k, v in os.environ.items() if k != name}
     for given, kept in ((None, "16"), ("256", "256")):
         run_env = env if given is None else {**env, name: given}
-        done = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, env=run_env, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", show], capture_output=True, text=True, env=run_env, check=True, timeout=120
+        )
         assert done.stdout.strip() == kept
