@@ -41,7 +41,7 @@ INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True) -> tuple:
     """(the train features as a datasets.Dataset, padded to `seq` tokens where `fixed`, its mean non-padding
-    tokens a feature, the tokenizer)."""
+    tokens a feature, the tokenizer, whether the file is SQuAD v2.0)."""
     import datasets  # heavy: after the arguments are read
     from datasets.table import InMemoryTable
     from transformers import AutoTokenizer
@@ -51,7 +51,8 @@ def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True)
     from bert_squad.features import build_features
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    built = build_features(read_squad(train_file), tokenizer, WindowConfig(max_seq_length=seq), None, train=True)
+    examples = read_squad(train_file)
+    built = build_features(examples, tokenizer, WindowConfig(max_seq_length=seq), None, train=True)
     columns = {name: built[name] for name in INPUTS if name in built.column_names}
     padded = tokenizer.pad(columns, padding="max_length", max_length=seq) if fixed else columns
     table = {name: padded[name] for name in columns}
@@ -59,7 +60,7 @@ def padded_features(model: Path, train_file: Path, seq: int, fixed: bool = True)
     tokens = sum(map(sum, columns["attention_mask"])) / len(built)
     # Its own fingerprint, as the project gives its features: datasets would otherwise hash the table with dill
     name = f"hf-trainer-{seq}-{'fixed' if fixed else 'per-batch'}"
-    return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=name), tokens, tokenizer
+    return datasets.Dataset(InMemoryTable.from_pydict(table), fingerprint=name), tokens, tokenizer, examples.version_2
 
 
 class CountingCollator:
@@ -162,7 +163,9 @@ def train(args: argparse.Namespace) -> dict:
     from bert_squad import model as qa_model
 
     recipe = bool(args.epochs)
-    dataset, tokens, tokenizer = padded_features(args.model, args.train_file, args.max_seq_length, fixed=not recipe)
+    dataset, tokens, tokenizer, version_2 = padded_features(
+        args.model, args.train_file, args.max_seq_length, fixed=not recipe
+    )
     transformers.set_seed(args.seed if recipe else SEED)  # the span head starts as the project's run of that seed
     model = qa_model.load_qa_model(args.model, dropout=args.dropout, attention_dropout=args.attention_dropout)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -183,6 +186,8 @@ def train(args: argparse.Namespace) -> dict:
     )
     speed = trainer.train().metrics["train_samples_per_second"]  # over the Trainer's whole training loop
     if recipe:
+        # What it was trained on, where the project's commands read a model's no-answer mode (task.recorded_mode)
+        model.config.version_2_with_negative = version_2
         trainer.save_model(str(args.out / "model"))  # the weights, config and tokenizer, for `evaluate`
     return {
         "steps": trainer.state.global_step,
