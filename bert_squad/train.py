@@ -429,17 +429,18 @@ def loop(run: Run) -> int:
 def unscale_and_clip(engine: deepspeed.DeepSpeedEngine, params: list[torch.nn.Parameter], max_norm: float) -> None:
     """The step's gradients made ready for DeepSpeed's optimizer step, on the device.
 
-    Under fp16 autocast torch's loss scaler unscales them first and says whether any overflowed: a host read,
-    fp16's only one, since DeepSpeed must know before its step whether to count it. DeepSpeed reads
-    `optimizer.overflow` after its step, as its 16-bit wrappers set it: the step then counts as skipped and the
-    LR scheduler stays where it is, as HF's Trainer leaves it; torch's AdamW has no such attribute, so without it
-    the skip went uncounted. Then the gradient norm is clipped to `max_norm` (0: not) in one foreach call."""
+    Under fp16 autocast torch's loss scaler unscales them first, and the gradients' norm says whether any
+    overflowed (inf or nan in one makes the norm so, as the scaler's own check finds): a host read, fp16's only
+    one, since DeepSpeed must know before its step whether to count it. DeepSpeed reads `optimizer.overflow` after
+    its step, as its 16-bit wrappers set it: the step then counts as skipped and the LR scheduler stays where it
+    is, as HF's Trainer leaves it; torch's AdamW has no such attribute, so without it the skip went uncounted. The
+    gradient norm is clipped to `max_norm` (0: not) in the same foreach call."""
     scaler = engine.torch_autocast_z0_gradscaler
     if scaler:
         scaler.unscale_(engine.optimizer)
-        found_inf = scaler._found_inf_per_device(engine.optimizer)  # what unscale_ found, per device
-        engine.optimizer.overflow = bool(sum(v.item() for v in found_inf.values()))
-    if max_norm:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm or math.inf, foreach=True)  # inf: scales by 1
+        engine.optimizer.overflow = not bool(torch.isfinite(norm))
+    elif max_norm:
         torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
