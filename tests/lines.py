@@ -36,6 +36,7 @@ ANYWHERE = ("slow", "mpi", "oracle", "gpu", "cpu", "compat")
 # venv; and the SQuAD v2.0 oracle's tests.
 COMPAT_FILES = [
     "tests/test_train.py",
+    "tests/test_resume.py",
     "tests/test_resume_anywhere.py",
     "tests/test_compiling.py",
     "tests/test_evaluate.py",
