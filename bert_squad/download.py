@@ -119,7 +119,7 @@ def check_cache(cfg: RunConfig) -> int:
             print(f"{what}: {path}")
     if cfg.train.named_config:  # else the shipped config of the device's precision, chosen where the run starts
         ds_config = dsconfig.locate(cfg.train.named_config)
-        read_json(ds_config, what="a DeepSpeed config")
+        dsconfig.read_object(ds_config)  # the run's own first check of it
         print(f"deepspeed config: {ds_config}")
     can_write(data.output_dir, "--output-dir ")
     cfg.faults.check_output_dir(data.output_dir)

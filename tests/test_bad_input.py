@@ -509,7 +509,12 @@ def test_check_cache_checks_every_file_it_is_given_and_creates_nothing(capsys, t
     assert code == 2 and err == [
         f"bert-squad check-cache: error: {tmp_path / 'dev.json'}: malformed JSON at line 1 column 11: Expecting value"
     ], err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json"]
+    (tmp_path / "ds.json").write_text("[]")  # JSON, but not what a run takes: refused as the run refuses it
+    code, err = run_cli(capsys, [*argv, "--deepspeed-config", str(tmp_path / "ds.json")])
+    assert code == 2 and err == [
+        f"bert-squad check-cache: error: {tmp_path / 'ds.json'}: a DeepSpeed config is a JSON object"
+    ], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json", "ds.json"]
 
 
 def test_export_points_from_a_run_to_its_checkpoints_and_names_a_missing_step(capsys, tmp_path):
