@@ -6,8 +6,8 @@
 # the machine; override with EPOCHS=, LR=, CONFIG= (a DeepSpeed config), SEQ=; further arguments go to the training
 # (--seed, --dropout, --attention-dropout, --padding, ...).
 # TRAINER=1 trains the same recipe with Hugging Face's Trainer at its best for the machine instead
-# (bench/hf_trainer.py --epochs: group_by_length, bf16 where the device computes it), and evaluates its model
-# with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0 evaluation.
+# (bench/hf_trainer.py --epochs: group_by_length, bf16 where the device computes it faster than fp32), and
+# evaluates its model with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0 evaluation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

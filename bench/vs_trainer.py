@@ -8,8 +8,9 @@ samples/s and peak memory of each, on the accuracy recipe's model, data and sche
 
 The project runs as a user runs it (`python -m bert_squad`, naming no DeepSpeed config or padding: the device
 chooses, `bert_squad.choices`), the Trainer as bench/hf_trainer.py --epochs sets it up for the accuracy table
-(group_by_length, bf16 where the device computes bf16 natively, torch's fused AdamW, collating in the training
-process), both over the same features, seed, learning-rate schedule, clipping and dropout, without evaluation.
+(group_by_length, bf16 where the device computes bf16 natively and faster than fp32, torch's fused AdamW,
+collating in the training process), both over the same features, seed, learning-rate schedule, clipping and
+dropout, without evaluation.
 Each is a fresh process; the features are built first (the project's cache; the Trainer builds its own in
 memory). Figures: the median log window's samples/s after the first window (as bench/accuracy.sh reports it),
 the whole run's, and the process's peak resident set (the same measure on both sides: `perf.peak_memory_gib`).

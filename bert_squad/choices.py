@@ -4,19 +4,22 @@ DeepSpeed config (its precision) it trains in, each with the reason the plan lin
 One rule each, in one place. Padding: fixed shapes (the length buckets) where the step is compiled (`--compile`,
 on a GPU replayed as CUDA graphs: a graph a shape), the fewest computed tokens (each batch to its longest) on a
 CPU, whose step time follows its tokens; a GPU without `--compile` keeps the buckets until a GPU measures both.
-Precision: bf16 autocast over fp32 weights (`ds_bf16`) where the device computes bf16 natively (a CPU with
-AVX512-BF16 or AMX-BF16, an Arm CPU with BF16, a GPU that torch says supports it), fp32 (`ds_fp32`) elsewhere;
-fp16 is never chosen (it needs a loss scaler, and most CPUs emulate it). A run that resumes a checkpoint keeps
+Precision: bf16 autocast over fp32 weights (`ds_bf16`) where the device computes bf16 natively and faster than
+fp32: a GPU that torch says supports it; a CPU with AVX512-BF16 or AMX-BF16 (Arm: BF16) whose timed bf16 matmul
+beats its fp32 one (the flags alone do not tell: an AMD EPYC with AVX512-BF16 trained 1.58x faster in bf16, an
+Intel Xeon with it and no AMX 0.57x). fp32 (`ds_fp32`) elsewhere; fp16 is never chosen (it needs a loss scaler,
+and most CPUs emulate it). A run that resumes a checkpoint keeps
 the precision the checkpoint was written in. What the user gives (`--padding`, `--deepspeed-config`, `--bf16`,
 `--fp16`) always wins.
 
-The CPU's features come from /proc/cpuinfo's text, an argument here, so both branches can be checked on any
-machine. Nothing here imports a library.
+The CPU's features come from /proc/cpuinfo's text and its bf16 speed from a function (`perf.bf16_speedup`), both
+arguments here, so every branch can be checked on any machine. Nothing here imports a library.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,12 +77,20 @@ def _native(dtype: str, cpuinfo: str) -> str:
     return ", ".join(sorted({w for line in NATIVE[dtype].values() for w in line} & cpu_features(cpuinfo)))
 
 
-def precision(named: str | None, device_type: str, gpu_bf16: bool, cpuinfo: str, resumed: str | None = None) -> Choice:
+def precision(
+    named: str | None,
+    device_type: str,
+    gpu_bf16: bool,
+    cpuinfo: str,
+    bf16_speedup: Callable[[], float],
+    resumed: str | None = None,
+) -> Choice:
     """The DeepSpeed config a run trains in: the one named (a name or file), else the shipped config of the
     precision a resumed checkpoint was written in (`resumed`: its marker's "fp32", "bf16" or "fp16"; a config
     other than these three was named, and resume.py refuses a checkpoint of it with the config to name), else the
-    device's: `ds_bf16` where it computes bf16 natively (`gpu_bf16`: torch's word for a GPU; `cpuinfo` for a CPU),
-    else `ds_fp32`."""
+    device's: `ds_bf16` where it computes bf16 natively and faster (`gpu_bf16`: torch's word for a GPU; for a
+    CPU, `cpuinfo`'s features, then `bf16_speedup()`: bf16's speed over fp32's, timed only here), else
+    `ds_fp32`."""
     if named:
         return Choice(named, "given")
     if resumed is not None:
@@ -87,9 +98,12 @@ def precision(named: str | None, device_type: str, gpu_bf16: bool, cpuinfo: str,
         return Choice(kept, "kept from the checkpoint it resumes")
     if device_type != "cpu":
         return Choice(BF16, "this GPU computes bf16") if gpu_bf16 else Choice(FP32, "this GPU has no bf16")
-    if cpu_computes("bf16", cpuinfo):
-        return Choice(BF16, f"this CPU computes bf16 ({_native('bf16', cpuinfo)})")
-    return Choice(FP32, "this CPU has no bf16 arithmetic (no avx512_bf16, amx_bf16 or Arm bf16)")
+    if not cpu_computes("bf16", cpuinfo):
+        return Choice(FP32, "this CPU has no bf16 arithmetic (no avx512_bf16, amx_bf16 or Arm bf16)")
+    speedup, native = bf16_speedup(), _native("bf16", cpuinfo)
+    if speedup > 1:
+        return Choice(BF16, f"this CPU computes bf16 ({native}), {speedup:.2f}x fp32's speed in a timed matmul")
+    return Choice(FP32, f"this CPU computes bf16 ({native}) but at {speedup:.2f}x fp32's speed in a timed matmul")
 
 
 def cost(precision: str, device_type: str, cpuinfo: str) -> str:

@@ -87,6 +87,7 @@ class Chosen:
 
     deepspeed_config: choices.Choice
     padding: choices.Choice
+    timed: bool  # the precision was left to this rank's CPU, which may time bf16 against fp32
 
     @classmethod
     def of(cls, cfg: config.RunConfig, dist: distributed.DistEnv, resumed: Optional[checkpoint.Resumable]) -> "Chosen":
@@ -96,8 +97,9 @@ class Chosen:
         precision = (resumed.layout.precision or "fp32") if resumed else None
         gpu_bf16 = device.type != "cpu" and get_accelerator().is_bf16_supported()
         named = cfg.train.named_config
-        ds = choices.precision(named, device.type, gpu_bf16, choices.this_cpuinfo(), precision)
-        return cls(ds, choices.padding(cfg.speed.padding, cfg.speed.compile, device.type))
+        ds = choices.precision(named, device.type, gpu_bf16, choices.this_cpuinfo(), perf.bf16_speedup, precision)
+        timed = device.type == "cpu" and not named and resumed is None  # the same on every rank: all or none time
+        return cls(ds, choices.padding(cfg.speed.padding, cfg.speed.compile, device.type), timed)
 
     def reasons(self) -> dict[str, str]:
         """Why the run takes each, as its records give it ("given": the user named it)."""
@@ -165,12 +167,26 @@ def main(cfg: config.RunConfig) -> int:
         writable_directory(cfg.data.output_dir, "--output-dir ")  # the last check, and the first thing written
         with group as device, matmul_precision(cfg.speed.tf32):
             print(report.rank_line(inputs.dist, device, distributed.backend()), flush=True)
-            run = build(inputs, device)
+            run = build(agreed(inputs), device)
             keep()
             if loop(run) == EXIT_STOPPED:
                 return EXIT_STOPPED
             finish(run)
     return 0
+
+
+def agreed(inputs: Inputs) -> Inputs:
+    """`inputs` in rank 0's precision where each rank's CPU timed its own (`Chosen.timed`): a timing near 1x, or
+    one taken beside busy neighbours, may differ, and ranks in two precisions cannot train together."""
+    if not inputs.chosen.timed:
+        return inputs
+    chosen = dataclasses.replace(
+        inputs.chosen, deepspeed_config=distributed.broadcast_from_rank0(inputs.chosen.deepspeed_config)
+    )
+    cfg = chosen.applied(inputs.cfg)
+    settings = deepspeed_settings(cfg, inputs.dist, planning=False)
+    stamp = checkpoint.stamp(cfg.data.model, inputs.module, inputs.tokenizer, inputs.stamp.task, settings)
+    return dataclasses.replace(inputs, cfg=cfg, ds_settings=settings, stamp=stamp, chosen=chosen)
 
 
 @contextlib.contextmanager

@@ -170,9 +170,9 @@ def test_a_resumed_run_keeps_the_precision_it_started_in(tiny_model, sample_trai
     """A run that names no DeepSpeed config resumes in the precision its checkpoint was written in, where this
     device's default is the other one (a run started elsewhere, or with a config named then): the plan line says
     so, and the run finishes in it. Named, the config wins, and the checkpoint of the other precision is refused."""
-    from bert_squad import choices
+    from bert_squad import choices, perf
 
-    default = "ds_bf16" if choices.cpu_computes("bf16", choices.this_cpuinfo()) else "ds_fp32"
+    default = choices.precision(None, "cpu", False, choices.this_cpuinfo(), perf.bf16_speedup).value
     other = {"ds_bf16": "ds_fp32", "ds_fp32": "ds_bf16"}[default]
     out, steps = tmp_path / "out", ["--max-steps", 4]
     r = run_bert_squad(

@@ -62,14 +62,18 @@ def test_one_rank_cpu_training_loss_falls(trained):
     assert metrics["run_samples_per_second"] > 0 and metrics["run_tokens_per_second"] > 0
     assert "rank 0/1" in r.stdout and "device cpu backend gloo" in r.stdout
     # Named nothing, the run takes the CPU's choices (tests/test_choices.py holds every branch): each batch padded
-    # to its longest feature, and bf16 autocast where this CPU computes bf16, else fp32; the plan line says why.
+    # to its longest feature, and bf16 autocast where this CPU computes bf16 faster than fp32 in the run's own
+    # timing, else fp32; the plan line says why, with the timed speed where the CPU has bf16 arithmetic.
     from bert_squad import choices
 
-    bf16 = choices.cpu_computes("bf16", choices.this_cpuinfo())
-    assert metrics["precision"] == ("bf16" if bf16 else "fp32")
-    assert metrics["config"]["train"]["deepspeed_config"] == ("ds_bf16" if bf16 else "ds_fp32")
-    why = "this CPU computes bf16 (" if bf16 else "this CPU has no bf16 arithmetic"
-    assert f"{metrics['precision']} ({metrics['config']['train']['deepspeed_config']}: {why}" in r.stdout
+    why = metrics["chosen"]["deepspeed_config"]
+    if choices.cpu_computes("bf16", choices.this_cpuinfo()):
+        speedup = float(re.search(r"([\d.]+)x fp32's speed in a timed matmul$", why).group(1))
+        assert metrics["precision"] == ("bf16" if speedup > 1 else "fp32"), why
+    else:
+        assert metrics["precision"] == "fp32" and why.startswith("this CPU has no bf16 arithmetic"), why
+    assert metrics["config"]["train"]["deepspeed_config"] == f"ds_{metrics['precision']}"
+    assert f"{metrics['precision']} (ds_{metrics['precision']}: {why})" in r.stdout
     assert (
         metrics["config"]["speed"]["padding"] == "longest"
         and metrics["chosen"]["padding"] == choices.padding(None, False, "cpu").why
@@ -79,6 +83,41 @@ def test_one_rank_cpu_training_loss_falls(trained):
     # The libraries' warnings are the run's business, not its user's (a whole 521-token context given to
     # the tokenizer once made transformers warn on every run of the sample).
     assert "[transformers]" not in r.stderr and "Token indices" not in r.stderr, r.stderr[-3000:]
+
+
+AGREED = """
+import dataclasses, sys
+from bert_squad import choices, config, runtime
+
+runtime.prepare(deepspeed=True)
+from bert_squad import train
+
+argv = sys.argv[1:]
+mine = train.check(config.parse_run_config(argv))
+assert mine.chosen.timed  # a CPU, no config named, nothing resumed: each rank's own choice
+other = {"ds_bf16": "ds_fp32", "ds_fp32": "ds_bf16"}[mine.chosen.deepspeed_config.value]
+rank0s = choices.Choice(other, "rank 0's timing")  # what the broadcast brings this rank
+told = dataclasses.replace(mine, chosen=dataclasses.replace(mine.chosen, deepspeed_config=rank0s))
+agreed = train.agreed(told)
+named = train.check(config.parse_run_config([*argv, "--deepspeed-config", other]))
+assert agreed.chosen.deepspeed_config == rank0s and agreed.cfg == named.cfg, (agreed.cfg, named.cfg)
+def facts(s):
+    return s.path, dict(s.values), s.batch, s.precision, s.needs, s.load_universal
+
+
+assert facts(agreed.ds_settings) == facts(named.ds_settings) and agreed.stamp.layout == named.stamp.layout
+assert agreed.stamp.layout.precision == other.removeprefix("ds_") != mine.stamp.layout.precision
+print("agreed", other)
+"""
+
+
+def test_a_rank_whose_timing_fell_the_other_way_takes_rank_0s_precision(tiny_model, sample_train, tmp_path):
+    """`train.agreed` (after the process group starts, before the engine): a rank that timed its CPU the other
+    way from rank 0 trains in rank 0's precision, with the DeepSpeed settings and checkpoint stamp of a run that
+    named it. The broadcast itself runs in every two-rank CPU run here."""
+    args = train_args(tiny_model, sample_train, tmp_path / "out", *TINY_ARGS, cache=tmp_path / "cache")
+    r = run_python("-c", AGREED, *args)
+    assert r.returncode == 0 and "agreed ds_" in r.stdout, r.stderr[-3000:]
 
 
 def cpu_form(name, folder):
