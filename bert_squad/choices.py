@@ -8,9 +8,8 @@ Precision: bf16 autocast over fp32 weights (`ds_bf16`) where the device computes
 fp32: a GPU that torch says supports it; a CPU with AVX512-BF16 or AMX-BF16 (Arm: BF16) whose timed bf16 matmul
 beats its fp32 one (the flags alone do not tell: an AMD EPYC with AVX512-BF16 trained 1.58x faster in bf16, an
 Intel Xeon with it and no AMX 0.57x). fp32 (`ds_fp32`) elsewhere; fp16 is never chosen (it needs a loss scaler,
-and most CPUs emulate it). A run that resumes a checkpoint keeps
-the precision the checkpoint was written in. What the user gives (`--padding`, `--deepspeed-config`, `--bf16`,
-`--fp16`) always wins.
+and most CPUs emulate it). A run that resumes a checkpoint keeps the precision the checkpoint was written in. What
+the user gives (`--padding`, `--deepspeed-config`, `--bf16`, `--fp16`) always wins.
 
 The CPU's features come from /proc/cpuinfo's text and its bf16 speed from a function (`perf.bf16_speedup`), both
 arguments here, so every branch can be checked on any machine. Nothing here imports a library.

@@ -78,8 +78,8 @@ def flops_per_sample(shape: Shape, seq_len: int) -> int:
 def bf16_speedup(tokens: int = 512, hidden: int = 768, inner: int = 3072, repeats: int = 2) -> float:
     """How many times faster this CPU trains a BERT-base feed-forward matmul (forward and backward, `tokens` rows)
     under bf16 autocast over fp32 weights, as `ds_bf16` trains, than in fp32; the best of `repeats` each, after
-    one call that lets oneDNN build its kernels. Under a second on one core; the ratio held from 384 to 1024 wide
-    and 512 to 2048 rows on the CPUs measured (docs/performance.md)."""
+    one call that lets oneDNN build its kernels. Under a second on one core; on the Intel Xeon measured the ratio
+    held from 384 to 1024 wide and 512 to 2048 rows (docs/measurements/2026-12-cpu-defaults.md)."""
     x = torch.randn(tokens, hidden, requires_grad=True)
     w = torch.randn(inner, hidden, requires_grad=True)
 
