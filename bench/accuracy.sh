@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Accuracy on real SQuAD: fine-tune MiniLM-L6 on ../shared/data/squad/train-v1.1-head.json, evaluate on
 # dev-v1.1-subset.json, and the same model on dev-v2.0-subset.json (a v1.1 model answers each of its questions with
-# a span, scored by the v2.0 rules). Trains afresh into $OUT each time. Prints EM/F1, wall time, samples/s and peak
-# memory. Defaults are docs/performance.md's accuracy recipe, in the precision and padding the project chooses for
-# the machine; override with EPOCHS=, LR=, CONFIG= (a DeepSpeed config), SEQ=; further arguments go to the training
-# (--seed, --dropout, --attention-dropout, --padding, ...).
+# a span, scored by the v2.0 rules). Trains afresh into $OUT each time. Prints EM/F1, wall time, samples/s (over the
+# training, and its median log window) and peak memory. Defaults are docs/performance.md's accuracy recipe, in the
+# precision and padding the project chooses for the machine; override with EPOCHS=, LR=, CONFIG= (a DeepSpeed
+# config), SEQ=; further arguments go to the training (--seed, --dropout, --attention-dropout, --padding, ...).
 # TRAINER=1 trains the same recipe with Hugging Face's Trainer at its best for the machine instead
 # (bench/hf_trainer.py --epochs: group_by_length, bf16 where the device computes it faster than fp32), and
 # evaluates its model with the project's evaluate: the accuracy table's Trainer rows. V2=0 leaves out the v2.0 evaluation.
@@ -50,9 +50,11 @@ if v2:
     print(f"dev-v2.0-subset: EM {v2['exact']:.2f} F1 {v2['f1']:.2f} (HasAns F1 {v2['HasAns_f1']:.2f}, "
           f"NoAns {v2['NoAns_exact']:.2f}, best F1 {v2.get('best_f1', float('nan')):.2f} at threshold {v2.get('best_f1_thresh', float('nan')):.2f})")
 padding = tm.get("config", {}).get("speed", {}).get("padding", "longest, grouped by length")  # the Trainer's: no config
-print(f"wall time: train+eval {train_s}s (median {rate:.1f} samples/s a log window, peak {tm['peak_memory_gib']:.1f} GiB), "
+print(f"wall time: train+eval {train_s}s ({tm['run_samples_per_second']:.2f} samples/s over the training, median "
+      f"{rate:.1f} a log window, peak {tm['peak_memory_gib']:.1f} GiB), "
       f"v2 eval {v2_s}s; {tm['precision']}, padded to {padding}")
 print(json.dumps({"v1_exact_match": v1["exact_match"], "v1_f1": v1["f1"], **({"v2_exact": v2["exact"], "v2_f1": v2["f1"]} if v2 else {}),
                   "train_eval_seconds": train_s, "v2_eval_seconds": v2_s, "samples_per_second": rate,
+                  "run_samples_per_second": tm["run_samples_per_second"],
                   "peak_memory_gib": tm["peak_memory_gib"], "precision": tm["precision"], "padding": padding}))
 PY
