@@ -180,9 +180,16 @@ def agreed(inputs: Inputs) -> Inputs:
     one taken beside busy neighbours, may differ, and ranks in two precisions cannot train together."""
     if not inputs.chosen.timed:
         return inputs
-    chosen = dataclasses.replace(
-        inputs.chosen, deepspeed_config=distributed.broadcast_from_rank0(inputs.chosen.deepspeed_config)
-    )
+    rank0s = distributed.broadcast_from_rank0(inputs.chosen.deepspeed_config)
+    if rank0s.value == inputs.chosen.deepspeed_config.value:  # nearly always: what `check` built stands
+        return inputs
+    return in_precision(inputs, rank0s)
+
+
+def in_precision(inputs: Inputs, taken: choices.Choice) -> Inputs:
+    """`inputs` as `check` would have built them had this rank chosen the DeepSpeed config `taken`: its settings
+    and the checkpoint stamp that records them."""
+    chosen = dataclasses.replace(inputs.chosen, deepspeed_config=taken)
     cfg = chosen.applied(inputs.cfg)
     settings = deepspeed_settings(cfg, inputs.dist, planning=False)
     stamp = checkpoint.stamp(cfg.data.model, inputs.module, inputs.tokenizer, inputs.stamp.task, settings)

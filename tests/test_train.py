@@ -86,35 +86,37 @@ def test_one_rank_cpu_training_loss_falls(trained):
 
 
 AGREED = """
-import dataclasses, sys
+import sys
 from bert_squad import choices, config, runtime
 
 runtime.prepare(deepspeed=True)
 from bert_squad import train
+
+
+def facts(s):
+    return s.path, dict(s.values), s.batch, s.precision, s.needs, s.load_universal
+
 
 argv = sys.argv[1:]
 mine = train.check(config.parse_run_config(argv))
 assert mine.chosen.timed  # a CPU, no config named, nothing resumed: each rank's own choice
 other = {"ds_bf16": "ds_fp32", "ds_fp32": "ds_bf16"}[mine.chosen.deepspeed_config.value]
 rank0s = choices.Choice(other, "rank 0's timing")  # what the broadcast brings this rank
-told = dataclasses.replace(mine, chosen=dataclasses.replace(mine.chosen, deepspeed_config=rank0s))
-agreed = train.agreed(told)
+agreed = train.in_precision(mine, rank0s)
 named = train.check(config.parse_run_config([*argv, "--deepspeed-config", other]))
 assert agreed.chosen.deepspeed_config == rank0s and agreed.cfg == named.cfg, (agreed.cfg, named.cfg)
-def facts(s):
-    return s.path, dict(s.values), s.batch, s.precision, s.needs, s.load_universal
-
-
 assert facts(agreed.ds_settings) == facts(named.ds_settings) and agreed.stamp.layout == named.stamp.layout
 assert agreed.stamp.layout.precision == other.removeprefix("ds_") != mine.stamp.layout.precision
+assert train.agreed(mine) is mine  # rank 0 chose as this rank did: nothing is rebuilt
 print("agreed", other)
 """
 
 
 def test_a_rank_whose_timing_fell_the_other_way_takes_rank_0s_precision(tiny_model, sample_train, tmp_path):
     """`train.agreed` (after the process group starts, before the engine): a rank that timed its CPU the other
-    way from rank 0 trains in rank 0's precision, with the DeepSpeed settings and checkpoint stamp of a run that
-    named it. The broadcast itself runs in every two-rank CPU run here."""
+    way from rank 0 trains in rank 0's precision (`train.in_precision`), with the DeepSpeed settings and checkpoint
+    stamp of a run that named it; one that timed alike keeps what it built. The broadcast itself runs in every
+    two-rank CPU run here."""
     args = train_args(tiny_model, sample_train, tmp_path / "out", *TINY_ARGS, cache=tmp_path / "cache")
     r = run_python("-c", AGREED, *args)
     assert r.returncode == 0 and "agreed ds_" in r.stdout, r.stderr[-3000:]
